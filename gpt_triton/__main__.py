@@ -1,0 +1,5 @@
+import sys
+
+from gpt_triton.cli import main
+
+sys.exit(main())

@@ -1,0 +1,57 @@
+"""Command line: ``gpt-triton <command>``. Each command lives in its stage's module and registers here.
+
+Convention: a command module exposes ``register(subparsers)`` that adds its parser and sets
+``func=<callable(args) -> int>``. User errors are :class:`GptTritonError`: one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gpt_triton import __version__
+from gpt_triton.errors import GptTritonError
+
+# Modules that register commands, in help order. Imported lazily so `gpt-triton --help` is fast.
+COMMAND_MODULES = [
+    "gpt_triton.pipeline_cli",  # tune
+    "gpt_triton.routes.cli",  # routes
+    "gpt_triton.report.cli",  # report
+    "gpt_triton.accuracy.cli",  # capture
+    "gpt_triton.promote.cli",  # verify
+    "gpt_triton.canary.cli",  # canary
+    "gpt_triton.k8s.cli",  # k8s render|submit|watch|collect
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpt-triton", description="Global Performance Tuner for Triton Inference Server")
+    parser.add_argument("--version", action="version", version=f"gpt-triton {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # a command not written yet; the others still work
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GptTritonError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Measurement records: one window, and the statistics of a candidate at one load level."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class LoadProfile(BaseModel):
+    kind: Literal["concurrency", "rate", "replay"] = "concurrency"
+    concurrency: int = 1
+    rate: float = 0.0  # requests per second, for kind="rate"
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    replay_file: str | None = None  # JSONL or perf_analyzer input-data JSON, for kind="replay"
+
+    def label(self) -> str:
+        if self.kind == "concurrency":
+            return f"concurrency={self.concurrency}"
+        if self.kind == "rate":
+            return f"rate={self.rate:g}/s ({self.arrivals})"
+        return f"replay={self.replay_file}"
+
+
+class Interval(BaseModel):
+    """A point estimate with a bootstrap confidence interval."""
+
+    value: float
+    low: float
+    high: float
+    level: float = 0.95
+
+
+class ServerBreakdown(BaseModel):
+    """Mean per-request server-side times (ms) from Triton's statistics API deltas."""
+
+    queue_ms: float = 0.0
+    compute_input_ms: float = 0.0
+    compute_infer_ms: float = 0.0
+    compute_output_ms: float = 0.0
+    success_count: int = 0
+    execution_count: int = 0  # fewer than success_count when Triton batched requests
+
+
+class WindowResult(BaseModel):
+    duration_s: float
+    requests: int
+    errors: int
+    throughput: float  # successful requests per second
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    server: ServerBreakdown | None = None
+    rate_target: float | None = None  # open-loop: what was asked
+    send_lag_p99_ms: float | None = None  # open-loop: scheduled vs actual send time
+
+
+class LatencyStats(BaseModel):
+    """A candidate at one load level, over its repeated windows."""
+
+    load: LoadProfile
+    windows: list[WindowResult] = Field(default_factory=list)
+    stable: bool = False
+    p50_ms: Interval | None = None
+    p90_ms: Interval | None = None
+    p99_ms: Interval | None = None
+    mean_ms: Interval | None = None
+    throughput: Interval | None = None
+    errors: int = 0
+    server: ServerBreakdown | None = None
+    rate_held: bool | None = None  # open-loop: did the generator hold the requested rate
+
+
+class IsolatedStats(BaseModel):
+    """In-process estimates, reported only for comparison with the served figures."""
+
+    single_request_ms: float | None = None
+    profiler_op_sum_ms: float | None = None

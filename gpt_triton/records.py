@@ -1,0 +1,106 @@
+"""Cross-stage records: a candidate's life (planned -> built -> deployed -> measured) and the run report.
+
+Every record is a pydantic model so a run can be saved after each stage, resumed, and reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gpt_triton.accuracy.records import AccuracyResult
+from gpt_triton.measure.records import Interval, IsolatedStats, LatencyStats
+from gpt_triton.model_info import ModelInfo
+from gpt_triton.routes._base import Artifact, Route
+
+CandidateStatus = Literal["planned", "built", "crashed", "deployed", "measured", "infeasible", "failed"]
+
+
+class BuildCost(BaseModel):
+    seconds: float = 0.0
+    peak_rss_bytes: int = 0
+    cached: bool = False  # reused from the tuning cache or an identical artifact
+
+
+class DeployInfo(BaseModel):
+    model_name: str  # the Triton model name in the staging repository
+    backend: str  # "python" (our adapter) or a native backend: "onnxruntime", "openvino", "tensorrt"
+    adapter: bool  # True when the python-backend runtime adapter serves the artifact
+    config_pbtxt: str = ""
+
+
+class Candidate(BaseModel):
+    id: str
+    family: str  # the compiler family
+    route: Route  # compiler knobs
+    graph: Route | None = None  # graph rewrites applied before the compiler
+    serving: Route  # Triton serving settings
+    is_baseline: bool = False
+    status: CandidateStatus = "planned"
+    reason: str | None = None  # why crashed / infeasible / failed
+    artifact: Artifact | None = None
+    build: BuildCost = Field(default_factory=BuildCost)
+    deploy: DeployInfo | None = None
+    latency: list[LatencyStats] = Field(default_factory=list)  # one per load profile
+    accuracy: AccuracyResult | None = None  # screening, on the tuning split
+    isolated: IsolatedStats | None = None
+
+    def route_text(self) -> str:
+        parts = [self.route.key()]
+        if self.graph and self.graph.knobs:
+            parts.append(self.graph.key())
+        parts.append(self.serving.key())
+        return " | ".join(parts)
+
+
+class Gain(BaseModel):
+    """Re-measured baseline/winner ratio of the objective (>1 means the winner is faster)."""
+
+    metric: str
+    ratio: Interval
+    winner_ms: float
+    baseline_ms: float
+    selection_estimate_ratio: float | None = None  # what selection believed: the winner's-curse gap
+    significant: bool = False  # the interval excludes 1.0
+
+
+class Machine(BaseModel):
+    hostname: str
+    cpu: str
+    cores: int
+    memory_bytes: int
+    gpu: str | None = None
+    runtime_versions: dict[str, str] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunReport(BaseModel):
+    run_id: str
+    tool_version: str
+    created: str
+    model: ModelInfo
+    shapes: dict[str, list[int]]
+    spec: dict[str, Any]
+    machine: Machine
+    triton_version: str = ""
+    triton_mode: Literal["embedded", "remote"] = "embedded"
+    reference: dict[str, Any] = Field(default_factory=dict)  # source, synthetic, split seed and sizes
+    candidates: list[Candidate] = Field(default_factory=list)
+    baseline_id: str | None = None
+    winner_id: str | None = None
+    selected_id: str | None = None  # what selection picked before the gain check
+    gain: Gain | None = None
+    heldout: AccuracyResult | None = None
+    promoted_version: int | None = None
+    promoted_path: str | None = None
+    decisions: list[str] = Field(default_factory=list)  # human-readable log: what each decision used
+    tuning_seconds: float = 0.0
+    status: Literal["running", "done", "failed"] = "running"
+    error: str | None = None
+
+    def candidate(self, candidate_id: str) -> Candidate:
+        for candidate in self.candidates:
+            if candidate.id == candidate_id:
+                return candidate
+        raise KeyError(candidate_id)
