@@ -63,6 +63,9 @@ class Gain(BaseModel):
     baseline_ms: float
     selection_estimate_ratio: float | None = None  # what selection believed: the winner's-curse gap
     significant: bool = False  # the interval excludes 1.0
+    # The separate re-measurement's own stats (windows, intervals), for the report's re-measurement plot.
+    remeasured_baseline: LatencyStats | None = None
+    remeasured_winner: LatencyStats | None = None
 
 
 class Machine(BaseModel):
@@ -94,6 +97,7 @@ class RunReport(BaseModel):
     heldout: AccuracyResult | None = None
     promoted_version: int | None = None
     promoted_path: str | None = None
+    repeat_check: dict[str, Any] | None = None  # --repeat-check: the two selections and whether they agree
     decisions: list[str] = Field(default_factory=list)  # human-readable log: what each decision used
     tuning_seconds: float = 0.0
     status: Literal["running", "done", "failed"] = "running"

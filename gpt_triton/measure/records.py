@@ -40,6 +40,7 @@ class ServerBreakdown(BaseModel):
     compute_output_ms: float = 0.0
     success_count: int = 0
     execution_count: int = 0  # fewer than success_count when Triton batched requests
+    metrics_delta: dict[str, float] | None = None  # nv_inference_* counter deltas from /metrics, if scraped
 
 
 class WindowResult(BaseModel):
@@ -54,6 +55,8 @@ class WindowResult(BaseModel):
     server: ServerBreakdown | None = None
     rate_target: float | None = None  # open-loop: what was asked
     send_lag_p99_ms: float | None = None  # open-loop: scheduled vs actual send time
+    rate_achieved: float | None = None  # open-loop: requests sent per second of the schedule's span
+    rate_held: bool | None = None  # open-loop: achieved >= 98% of target, send lag p99 <= 20 ms, not growing
 
 
 class LatencyStats(BaseModel):

@@ -12,6 +12,7 @@ numerics and reduced-precision behaviour are representative.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -36,7 +37,7 @@ class _GraphBuilder:
         self.inits.append(numpy_helper.from_array(array, name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], prefix: str | None = None, **attrs: object) -> str:
+    def op(self, op_type: str, inputs: list[str], prefix: str | None = None, **attrs: Any) -> str:
         out = self.name(prefix or op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
         return out

@@ -1,0 +1,291 @@
+"""Isolated builds: every route is built in a fresh child interpreter with a timeout and a memory limit.
+
+A child killed by a signal, one that runs past ``build_timeout_s`` and one that raises all mark their
+candidates ``crashed`` with the reason, and the run goes on (TensorRT's tuner forks one child per route for
+the same reason: compilers crash). Work is shared:
+
+* a graph rewrite is built once and is the source model of every compiler route over it;
+* compiler routes that differ only in knobs that change runtime options (not files) share one build,
+  and candidates that differ only in serving knobs share one artifact;
+* builds whose files come out byte-identical are stored once; a later candidate whose files *and* runtime
+  options equal an earlier one's is marked ``BuildCost.cached`` and points at the same artifact.
+
+Each build writes into a temporary directory that is renamed into place only when complete.
+Run as ``python -m gpt_triton.build JOB.json`` in the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpt_triton.records import BuildCost, Candidate
+from gpt_triton.routes import FAMILIES
+from gpt_triton.routes._base import Artifact, BuildContext, Route, RouteFamily
+from gpt_triton.routes._common import file_knobs, files_sha256, full_knobs
+from gpt_triton.spec import SearchSpec
+from gpt_triton.tuning_cache import TuningCache
+
+_POLL_S = 0.05  # how often the parent checks a child; builds take seconds to minutes
+_REUSABLE = {"built", "deployed", "measured", "infeasible", "failed"}
+
+
+@dataclass
+class _Outcome:
+    artifact: Artifact | None
+    reason: str | None
+    seconds: float
+    peak_rss_bytes: int
+
+
+def _class_path(family: RouteFamily) -> str:
+    cls = type(family)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _describe_exit(returncode: int, timed_out: bool, spec: SearchSpec, error: str | None, log: Path) -> str:
+    if timed_out:
+        return f"timed out after {spec.build_timeout_s:g} s"
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        hint = f" (possibly the {spec.build_memory_mb} MB memory limit)" if name in ("SIGKILL", "SIGABRT") else ""
+        return f"killed by {name}{hint}"
+    if error:
+        if error.startswith("MemoryError"):
+            error += f" (hit the {spec.build_memory_mb} MB memory limit; raise search.build_memory_mb)"
+        return error
+    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:] if log.exists() else []
+    return f"exited with code {returncode}" + (f": {tail[0][:200]}" if tail else "")
+
+
+def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_dir: Path, spec: SearchSpec, log: Path) -> _Outcome:
+    """Build one route in a child interpreter; the result is renamed to ``out_dir`` only when complete."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    job = tmp.parent / f"{tmp.name}.job.json"
+    result = tmp.parent / f"{tmp.name}.result.json"
+    job.write_text(json.dumps({
+        "family": _class_path(family), "route": route.model_dump(), "context": context.model_dump(),
+        "out_dir": str(tmp), "result": str(result), "memory_mb": spec.build_memory_mb,
+    }))
+    env = dict(os.environ)
+    # The child must import what the parent could (a test's family, an editable checkout).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpt_triton.build", str(job)], stdout=log_file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+        )
+        timed_out = False
+        deadline = started + spec.build_timeout_s
+        try:
+            while True:
+                # wait4 rather than Popen.wait: it returns this child's own peak RSS.
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    _kill_group(proc.pid)
+                    pid, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(_POLL_S)
+        except BaseException:  # Ctrl-C reaches only us (the child has its own session): stop it too
+            _kill_group(proc.pid)
+            os.wait4(proc.pid, 0)
+            proc.returncode = -signal.SIGKILL
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        _kill_group(proc.pid)  # grandchildren a compiler may have left behind
+    seconds = time.monotonic() - started
+    peak = int(usage.ru_maxrss) * 1024  # kilobytes on Linux
+    payload = json.loads(result.read_text()) if result.exists() else {}
+    try:
+        if proc.returncode == 0 and not timed_out and "artifact" in payload:
+            if out_dir.exists():  # a stale build from an earlier run without a cache
+                shutil.rmtree(out_dir)
+            tmp.rename(out_dir)
+            artifact = Artifact.model_validate(payload["artifact"])
+            if Path(artifact.directory) == tmp:
+                artifact.directory = str(out_dir)
+            return _Outcome(artifact, None, seconds, peak)
+        reason = _describe_exit(proc.returncode, timed_out, spec, payload.get("error"), log)
+        return _Outcome(None, reason, seconds, peak)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        job.unlink(missing_ok=True)
+        result.unlink(missing_ok=True)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _restore(candidate: Candidate, cache: TuningCache | None) -> bool:
+    """Take a candidate's build from the cache when its files are still there and unchanged."""
+    previous = cache.previous.get(candidate.id) if cache else None
+    if previous is None:
+        return False
+    if previous.status == "crashed":
+        candidate.status, candidate.reason, candidate.build = "crashed", previous.reason, previous.build
+        return True
+    artifact = previous.artifact
+    if previous.status not in _REUSABLE or artifact is None:
+        return False
+    directory = Path(artifact.directory)
+    if not all((directory / f).is_file() for f in artifact.files) or files_sha256(directory, artifact.files) != artifact.sha256:
+        return False
+    candidate.artifact = artifact
+    candidate.build = previous.build.model_copy(update={"cached": True})
+    candidate.status, candidate.reason = "built", None
+    return True
+
+
+def build_candidates(
+    candidates: Sequence[Candidate], context: BuildContext, work_dir: Path, spec: SearchSpec,
+    cache: TuningCache | None = None, progress: Callable[[Candidate], None] | None = None,
+    families: Mapping[str, RouteFamily] = FAMILIES,
+) -> None:
+    """Build every planned candidate (mutates status, artifact, build cost, reason). Never raises for a build."""
+    work_dir = Path(work_dir)
+    artifacts, logs = work_dir / "artifacts", work_dir / "logs"
+    todo: list[Candidate] = []
+    for candidate in candidates:
+        if candidate.status != "planned":
+            continue
+        if _restore(candidate, cache):
+            _finish(candidate, cache, progress)
+        else:
+            todo.append(candidate)
+
+    graph_sources: dict[str, _Outcome] = {}
+    graph_cost_charged: set[str] = set()
+    builds: dict[str, _Outcome] = {}
+    stored: dict[str, str] = {}  # files sha256 -> directory: byte-identical builds are stored once
+    seen: set[tuple[str, str]] = set()  # (files sha256, runtime options): later ones are cached
+    for candidate in candidates:
+        # Builds restored from the cache are reused by new routes with the same files (a resumed run).
+        if candidate.artifact is not None and candidate.status != "crashed" and candidate.family in families:
+            key = _build_key(candidate, families[candidate.family], context)
+            builds.setdefault(key, _Outcome(candidate.artifact, None, 0.0, 0))
+            stored.setdefault(candidate.artifact.sha256, candidate.artifact.directory)
+            seen.add((candidate.artifact.sha256, json.dumps(candidate.artifact.runtime_options, sort_keys=True)))
+    for candidate in todo:
+        family = families[candidate.family]
+        cost = BuildCost()
+        graph_key = candidate.graph.key() if candidate.graph else ""
+        build_context = context
+        if candidate.graph is not None:
+            if graph_key not in graph_sources:
+                graph_family = families[candidate.graph.family]
+                out = artifacts / f"graph-{_digest(graph_key, context.source_model or context.model.path)}"
+                graph_sources[graph_key] = run_isolated(graph_family, candidate.graph, context, out, spec, logs / f"{out.name}.log")
+            graph = graph_sources[graph_key]
+            if graph.artifact is None:
+                candidate.status, candidate.reason = "crashed", f"graph rewrite failed: {graph.reason}"
+                _finish(candidate, cache, progress)
+                continue
+            if graph_key not in graph_cost_charged:
+                graph_cost_charged.add(graph_key)
+                cost.seconds, cost.peak_rss_bytes = graph.seconds, graph.peak_rss_bytes
+            entry = Path(graph.artifact.directory) / graph.artifact.files[0]
+            build_context = context.model_copy(update={"source_model": str(entry)})
+        build_key = _build_key(candidate, family, context)
+        first_use = build_key not in builds
+        if first_use:
+            out = artifacts / f"{candidate.family}-{build_key}"
+            outcome = run_isolated(family, candidate.route, build_context, out, spec, logs / f"{out.name}.log")
+            builds[build_key] = outcome
+            if outcome.artifact is not None:
+                same = stored.get(outcome.artifact.sha256)
+                if same is not None and same != outcome.artifact.directory:
+                    shutil.rmtree(outcome.artifact.directory, ignore_errors=True)
+                    outcome.artifact.directory = same
+                stored.setdefault(outcome.artifact.sha256, outcome.artifact.directory)
+            cost.seconds += outcome.seconds
+            cost.peak_rss_bytes = max(cost.peak_rss_bytes, outcome.peak_rss_bytes)
+        outcome = builds[build_key]
+        if outcome.artifact is None:
+            candidate.status, candidate.reason = "crashed", outcome.reason
+        else:
+            options = getattr(family, "runtime_options", None)
+            runtime_options = options(candidate.route, context.model) if options else outcome.artifact.runtime_options
+            candidate.artifact = outcome.artifact.model_copy(update={"route": candidate.route, "runtime_options": runtime_options})
+            identity = (outcome.artifact.sha256, json.dumps(runtime_options, sort_keys=True))
+            cost.cached = identity in seen  # an earlier candidate already has this exact artifact
+            seen.add(identity)
+            candidate.status, candidate.reason = "built", None
+        candidate.build = cost
+        _finish(candidate, cache, progress)
+
+
+def _build_key(candidate: Candidate, family: RouteFamily, context: BuildContext) -> str:
+    """What decides a build's files: family, file-changing knobs, graph route and source model."""
+    knobs = full_knobs(family, candidate.route, context.model)
+    shared = file_knobs(family)
+    file_part = {k: v for k, v in knobs.items() if shared is None or k in shared}
+    graph_key = candidate.graph.key() if candidate.graph else ""
+    return _digest(candidate.family, file_part, graph_key, context.source_model or context.model.path)
+
+
+def _finish(candidate: Candidate, cache: TuningCache | None, progress: Callable[[Candidate], None] | None) -> None:
+    if cache is not None:
+        cache.record(candidate)
+    if progress is not None:
+        progress(candidate)
+
+
+# -- the child ----------------------------------------------------------------------------------------
+def _child(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    limit = int(job["memory_mb"]) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    result = Path(job["result"])
+    try:
+        module_name, _, qualname = job["family"].partition(":")
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        family: RouteFamily = obj()
+        route = Route.model_validate(job["route"])
+        context = BuildContext.model_validate(job["context"])
+        artifact = family.build(route, context, Path(job["out_dir"]))
+        payload: dict[str, Any] = {"artifact": artifact.model_dump()}
+        code = 0
+    except BaseException as exc:  # the parent turns this into the candidate's crash reason
+        traceback.print_exc()
+        message = " ".join(str(exc).split())[:500]
+        payload = {"error": f"{type(exc).__name__}: {message}" if message else type(exc).__name__}
+        code = 1
+    tmp = result.with_name(result.name + ".part")
+    tmp.write_text(json.dumps(payload))
+    tmp.replace(result)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))

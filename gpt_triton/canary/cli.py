@@ -1,0 +1,182 @@
+"""``gpt-triton canary``: roll a candidate version out next to the stable one, gated on Prometheus.
+
+Locally the command itself is the traffic: it sends a steady stream (``--traffic`` npz of inputs, or
+synthetic inputs shaped from the model config) through the weighted router. Exit codes: 0 promoted,
+1 rolled back, 3 halted on missing data (also rolled back), 2 user error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from gpt_triton.canary.controller import (
+    CanaryController,
+    CanaryMetrics,
+    CanaryPolicy,
+    DecisionLog,
+    TritonVersions,
+)
+from gpt_triton.canary.gates import GateConfig, PromQLGates
+from gpt_triton.canary.router import LocalRouterShifter, TrafficLoop, WeightedRouter, make_inputs
+from gpt_triton.errors import GptTritonError
+from gpt_triton.metrics.prometheus import PrometheusClient
+from gpt_triton.spec import parse_duration
+
+EXIT_CODES = {"promoted": 0, "rolled_back": 1, "halted": 3}
+
+
+def parse_steps(text: str) -> list[float]:
+    """``10,25,50,100`` (percent) -> [0.1, 0.25, 0.5, 1.0]."""
+    try:
+        return [float(part) / 100.0 for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise GptTritonError(f"bad --steps {text!r}: use comma-separated percentages such as 10,25,50,100") from exc
+
+
+def _input_dtype(tensor: model_config_pb2.ModelInput) -> np.dtype:
+    name = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+    dtype = triton_to_np_dtype("BYTES" if name == "STRING" else name)
+    if dtype is None or dtype == np.object_:
+        raise GptTritonError(f"input {tensor.name!r} is {name}: synthetic traffic supports numeric inputs; pass --traffic")
+    return np.dtype(dtype)
+
+
+def synthetic_requests(config: model_config_pb2.ModelConfig, count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random requests shaped like the model's inputs (dynamic dims -> 1, batch of 1 when batching)."""
+    rng = np.random.default_rng(seed)
+    requests = []
+    for _ in range(count):
+        request = {}
+        for tensor in config.input:
+            shape = [1] * (config.max_batch_size > 0) + [d if d > 0 else 1 for d in tensor.dims]
+            dtype = _input_dtype(tensor)
+            if np.issubdtype(dtype, np.floating):
+                request[tensor.name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype == np.bool_:
+                request[tensor.name] = rng.integers(0, 2, shape).astype(dtype)
+            else:
+                request[tensor.name] = rng.integers(0, 10, shape).astype(dtype)
+        requests.append(request)
+    return requests
+
+
+def npz_requests(path: Path, config: model_config_pb2.ModelConfig) -> list[dict[str, np.ndarray]]:
+    """Requests from an npz of input name -> stacked array (axis 0 = request)."""
+    if not path.is_file():
+        raise GptTritonError(f"--traffic file not found: {path}")
+    try:
+        data = dict(np.load(path))
+    except (OSError, ValueError) as exc:
+        raise GptTritonError(f"--traffic {path} is not an npz of input arrays: {exc}") from exc
+    names = [t.name for t in config.input]
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise GptTritonError(f"--traffic {path} lacks inputs {missing}; it has {sorted(data)}")
+    count = min(len(data[n]) for n in names)
+    batched = config.max_batch_size > 0
+    return [{n: data[n][i:i + 1] if batched else data[n][i] for n in names} for i in range(count)]
+
+
+def _infer(client: grpcclient.InferenceServerClient, model: str, version: str, request: dict[str, np.ndarray]) -> None:
+    try:
+        client.infer(model, make_inputs(request), model_version=version)
+    except InferenceServerException as exc:
+        raise GptTritonError(f"version {version} of {model!r} fails a warm-up request: {exc.message()}") from exc
+
+
+def _pick_stable(versions: TritonVersions, candidate: int) -> int:
+    ready = [v for v in versions.ready_versions() if v != candidate]
+    if not ready:
+        raise GptTritonError(f"no version of {versions.model!r} other than {candidate} is serving: pass --stable-version")
+    return max(ready)
+
+
+def run(args: argparse.Namespace) -> int:
+    steps = parse_steps(args.steps)
+    interval = parse_duration(args.interval)
+    policy = CanaryPolicy(steps=steps, interval_s=interval, failure_limit=args.failure_limit,
+                          missing_data=args.missing_data, inconclusive_limit=args.inconclusive_limit)
+    repository = Path(args.repository)
+    if (repository / args.model).is_dir() and not (repository / args.model / str(args.candidate_version)).is_dir():
+        raise GptTritonError(f"{repository / args.model} has no version directory {args.candidate_version}: "
+                             "promote the candidate into the repository first")
+    prometheus = PrometheusClient(args.prometheus)
+    if not prometheus.ready():
+        raise GptTritonError(f"Prometheus at {prometheus.url} is not ready; check --prometheus")
+    client = grpcclient.InferenceServerClient(args.triton_url)
+    try:
+        if not client.is_server_live():
+            raise GptTritonError(f"Triton at {args.triton_url} is not live")
+    except InferenceServerException as exc:
+        raise GptTritonError(f"Triton at {args.triton_url} is unreachable ({exc.message()}); check --triton-url") from exc
+    versions = TritonVersions.from_repository(client, repository, args.model)
+    candidate = int(args.candidate_version)
+    stable = int(args.stable_version) if args.stable_version is not None else _pick_stable(versions, candidate)
+    if stable not in versions.ready_versions():
+        versions.serve([stable])  # traffic starts on stable, so it must be serving first
+    requests = npz_requests(Path(args.traffic), versions.config) if args.traffic else synthetic_requests(versions.config)
+    router = WeightedRouter(str(stable), str(candidate), seed=args.seed)
+    gates = PromQLGates(
+        prometheus, model=args.model, stable=str(stable), candidate=str(candidate),
+        window_s=parse_duration(args.window) if args.window else interval, selector=args.selector,
+        config=GateConfig(max_latency_ratio=args.max_latency_ratio or None, max_latency_ms=args.max_latency_ms,
+                          max_failure_rate=args.max_failure_rate, max_queue_ratio=args.max_queue_ratio),
+    )
+    log_path = Path(args.log) if args.log else Path("runs/canary") / f"{args.model}-v{candidate}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+    log = DecisionLog(log_path)
+    metrics = CanaryMetrics(args.model, str(stable), str(candidate), pushgateway=args.pushgateway)
+    def warmup() -> None:
+        for request in (requests * args.warmup)[:args.warmup]:
+            _infer(client, args.model, str(candidate), request)
+
+    controller = CanaryController(
+        model=args.model, stable=stable, candidate=candidate, shifter=LocalRouterShifter(router), versions=versions,
+        gates=gates, policy=policy, log=log, metrics=metrics, warmup=warmup if args.warmup > 0 else None,
+    )
+    traffic = TrafficLoop(args.triton_url, args.model, router, requests, rate=args.rate, concurrency=args.concurrency)
+    try:
+        with traffic:
+            result = controller.run()
+    finally:
+        client.close()
+    log.record("traffic", ok=traffic.ok, failed=traffic.failed, errors=traffic.errors)
+    log.console.print(f"[bold]canary {result.outcome}[/bold]: {args.model} now serves version(s) "
+                      f"{result.served_versions}; {result.failed_checks} failed of {result.checks} checks; "
+                      f"{traffic.total_failed} failed requests; log {log_path}")
+    return EXIT_CODES[result.outcome]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("canary", help="roll out a candidate version with Prometheus-gated traffic steps")
+    p.add_argument("--repository", required=True, help="Triton model repository holding the model")
+    p.add_argument("--model", required=True, help="model name in the repository")
+    p.add_argument("--candidate-version", required=True, type=int)
+    p.add_argument("--stable-version", type=int, default=None, help="default: the newest other version serving")
+    p.add_argument("--prometheus", required=True, help="Prometheus URL that scrapes this Triton's metrics")
+    p.add_argument("--triton-url", default="127.0.0.1:8001", help="Triton gRPC HOST:PORT")
+    p.add_argument("--steps", default="10,25,50,100", help="candidate traffic percentages")
+    p.add_argument("--interval", default="10s", help="analysis interval per step (rate window by default)")
+    p.add_argument("--window", default=None, help="PromQL rate window (default: --interval)")
+    p.add_argument("--failure-limit", type=int, default=1, help="failed checks that trigger a rollback")
+    p.add_argument("--inconclusive-limit", type=int, default=3, help="consecutive checks without data that halt")
+    p.add_argument("--max-latency-ratio", type=float, default=1.05, help="candidate/stable mean latency at most (0 disables)")
+    p.add_argument("--max-latency-ms", type=float, default=None, help="candidate mean latency at most (ms)")
+    p.add_argument("--max-failure-rate", type=float, default=0.01)
+    p.add_argument("--max-queue-ratio", type=float, default=None, help="candidate queue/compute time at most")
+    p.add_argument("--missing-data", choices=["inconclusive", "fail"], default="inconclusive")
+    p.add_argument("--selector", default="", help='extra PromQL label matchers, e.g. job="triton"')
+    p.add_argument("--traffic", default=None, help="npz of inputs (name -> stacked array); default synthetic")
+    p.add_argument("--rate", type=float, default=20.0, help="requests per second sent during the canary")
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=5, help="requests sent to the candidate before it gets traffic")
+    p.add_argument("--seed", type=int, default=None, help="seed of the router's version choice")
+    p.add_argument("--pushgateway", default=None, help="push decision metrics to this Pushgateway")
+    p.add_argument("--log", default=None, help="decision log (JSON lines); default runs/canary/<model>-v<V>-<time>.jsonl")
+    p.set_defaults(func=run)

@@ -1,0 +1,224 @@
+"""Where an engine was tuned: runtime versions and device fingerprint, and whether it is still valid here.
+
+A tuned engine is specific to its runtime version and its device (NVIDIA's own caveat for TensorRT's
+tuner, and just as true on CPU: OpenVINO picks bf16 only where the CPU has it). ``compare_environment``
+turns a recorded fingerprint into a verdict with reasons, so an engine never silently falls back to a
+runtime's default behaviour on another machine.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from importlib import metadata
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gpt_triton import __version__
+from gpt_triton.records import Machine
+
+# distribution name -> key in runtime_versions. Read from package metadata: importing the runtimes
+# themselves (openvino, tensorrt) costs seconds and may initialise devices.
+_DISTRIBUTIONS = {
+    "numpy": "numpy",
+    "onnx": "onnx",
+    "onnxruntime": "onnxruntime",
+    "onnxruntime-gpu": "onnxruntime",
+    "openvino": "openvino",
+    "tritonclient": "tritonclient",
+    "nvidia-pytriton": "nvidia-pytriton",
+    "tensorrt": "tensorrt",
+    "tensorrt-cu12": "tensorrt",
+}
+
+# CPU flags that change which kernels a runtime picks (vector width, int8 dot products, bf16, AMX tiles).
+_KERNEL_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "vnni")
+
+Status = Literal["valid", "rebuild", "retune"]
+# Which runtime package an artifact's engine depends on.
+_RUNTIME_PACKAGES = {"onnxruntime": ["onnxruntime"], "openvino": ["openvino"], "tensorrt": ["tensorrt"]}
+
+
+class EnvVerdict(BaseModel):
+    """``valid``: use as is. ``rebuild``: the engine must be rebuilt (same route) before it can be trusted.
+    ``retune``: the device differs, so the route choice itself should be re-tuned (which also rebuilds)."""
+
+    status: Status
+    reasons: list[str] = Field(default_factory=list)
+
+
+def runtime_versions() -> dict[str, str]:
+    """Versions of python, the runtimes and tools an engine depends on; absent packages are left out."""
+    versions = {"python": platform.python_version(), "gpt-triton": __version__}
+    for dist, key in _DISTRIBUTIONS.items():
+        if key in versions:
+            continue
+        try:
+            versions[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    """(CPU model, kernel-relevant flags) from /proc/cpuinfo; the first core speaks for all."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = fields.get("model name") or fields.get("Model") or platform.processor() or platform.machine()
+    flags = (fields.get("flags") or fields.get("Features") or "").split()
+    return model, sorted({f for f in flags if f.startswith(_KERNEL_FLAG_PREFIXES)})
+
+
+def _gpus() -> list[dict[str, str]]:
+    """name, compute capability and driver of each NVIDIA GPU via nvidia-smi; [] when there is none."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            gpus.append({"name": parts[0], "compute_capability": parts[1], "driver": parts[2]})
+    return gpus
+
+
+@functools.lru_cache(maxsize=1)
+def _device() -> dict[str, Any]:
+    cpu, flags = _cpuinfo()
+    # The cores this process may use (a container's cpuset), not the host's count.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"cpu": cpu, "arch": platform.machine(), "cpu_flags": flags, "cores": cores, "gpus": _gpus()}
+
+
+def device_fingerprint() -> dict[str, Any]:
+    """CPU model, kernel-relevant flags, arch, cores; the GPUs when nvidia-smi exists.
+
+    Probed once per process (nvidia-smi takes a while); callers get their own copy to modify.
+    """
+    return copy.deepcopy(_device())
+
+
+def machine() -> Machine:
+    device = device_fingerprint()
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    gpus = device["gpus"]
+    return Machine(
+        hostname=socket.gethostname(),
+        cpu=device["cpu"],
+        cores=device["cores"],
+        memory_bytes=memory,
+        gpu=", ".join(g["name"] for g in gpus) or None,
+        runtime_versions=runtime_versions(),
+        extra={"arch": device["arch"], "cpu_flags": device["cpu_flags"], "gpus": gpus},
+    )
+
+
+def environment_fingerprint() -> dict[str, Any]:
+    """runtime versions + device, stored in provenance and tuning-cache keys."""
+    return {"runtime_versions": runtime_versions(), "device": device_fingerprint()}
+
+
+def _runtime_reasons(recorded: dict[str, Any], current: dict[str, Any], runtime: str) -> list[str]:
+    old_versions: dict[str, str] = recorded.get("runtime_versions") or {}
+    new_versions: dict[str, str] = current.get("runtime_versions") or {}
+    # Unknown runtime: any runtime's change may matter, so check them all.
+    packages = _RUNTIME_PACKAGES.get(runtime, sorted({p for ps in _RUNTIME_PACKAGES.values() for p in ps}))
+    reasons = []
+    for package in packages:
+        old, new = old_versions.get(package), new_versions.get(package)
+        if old == new:
+            continue
+        if new is None:
+            reasons.append(f"{package} {old} was used to build this engine but is not installed here")
+        elif old is None:
+            if runtime in _RUNTIME_PACKAGES:
+                reasons.append(f"no {package} version was recorded (now {new}): rebuild to know the engine matches")
+        else:
+            reasons.append(
+                f"{package} changed {old} -> {new}: tuned options may be ignored or behave differently "
+                "(the engine could silently run with default behaviour); rebuild and re-validate"
+            )
+    return reasons
+
+
+def _gpu_reasons(old: list[dict[str, str]], new: list[dict[str, str]]) -> tuple[list[str], list[str]]:
+    """(rebuild reasons, retune reasons) for a TensorRT engine, comparing the first GPU of each."""
+    if not old:
+        return [], ["no GPU was recorded for this TensorRT engine: re-tune on this GPU"]
+    if not new:
+        return ["no NVIDIA GPU here: a TensorRT engine cannot run"], []
+    rebuild, retune = [], []
+    if old[0].get("name") != new[0].get("name"):
+        retune.append(f"GPU changed {old[0].get('name')} -> {new[0].get('name')}: routes were tuned for the old GPU")
+    if old[0].get("compute_capability") != new[0].get("compute_capability"):
+        rebuild.append(
+            f"compute capability changed {old[0].get('compute_capability')} -> {new[0].get('compute_capability')}: "
+            "TensorRT plans are tied to it and will not load"
+        )
+    if old[0].get("driver") != new[0].get("driver"):
+        rebuild.append(f"GPU driver changed {old[0].get('driver')} -> {new[0].get('driver')}: rebuild the plan")
+    return rebuild, retune
+
+
+def _cpu_reasons(old: dict[str, Any], new: dict[str, Any], runtime: str) -> list[str]:
+    reasons = []
+    if old.get("cpu") != new.get("cpu"):
+        reasons.append(f"CPU changed {old.get('cpu')!r} -> {new.get('cpu')!r}: routes were tuned for the old CPU")
+    if old.get("arch") and old.get("arch") != new.get("arch"):
+        reasons.append(f"architecture changed {old.get('arch')} -> {new.get('arch')}")
+    lost = sorted(set(old.get("cpu_flags") or []) - set(new.get("cpu_flags") or []))
+    gained = sorted(set(new.get("cpu_flags") or []) - set(old.get("cpu_flags") or []))
+    if lost:
+        text = f"CPU lacks {', '.join(lost)} that the tuning machine had: kernels fall back to slower paths"
+        if runtime == "openvino" and any("bf16" in f or f.startswith("amx") for f in lost):
+            text += "; OpenVINO's default bf16 inference precision silently becomes fp32 here"
+        reasons.append(text)
+    if gained:
+        reasons.append(f"CPU adds {', '.join(gained)}: faster routes may exist")
+    if old.get("cores") and old.get("cores") != new.get("cores"):
+        reasons.append(f"cores changed {old.get('cores')} -> {new.get('cores')}: thread and instance settings were tuned for {old.get('cores')}")
+    return reasons
+
+
+def compare_environment(recorded: dict[str, Any], current: dict[str, Any], runtime: str) -> EnvVerdict:
+    """Verdict for an artifact of ``runtime`` tuned in ``recorded`` and now in ``current``.
+
+    Severity: retune > rebuild > valid (re-tuning builds new engines anyway); every reason is listed.
+    """
+    if not recorded or "device" not in recorded:
+        return EnvVerdict(status="retune", reasons=["no environment was recorded for this version: re-tune here"])
+    rebuild = _runtime_reasons(recorded, current, runtime)
+    old_device: dict[str, Any] = recorded.get("device") or {}
+    new_device: dict[str, Any] = current.get("device") or {}
+    if runtime == "tensorrt":
+        gpu_rebuild, retune = _gpu_reasons(old_device.get("gpus") or [], new_device.get("gpus") or [])
+        rebuild += gpu_rebuild
+    else:
+        retune = _cpu_reasons(old_device, new_device, runtime)
+    if retune:
+        return EnvVerdict(status="retune", reasons=retune + rebuild)
+    if rebuild:
+        return EnvVerdict(status="rebuild", reasons=rebuild)
+    return EnvVerdict(status="valid", reasons=[])

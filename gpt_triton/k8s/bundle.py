@@ -1,0 +1,113 @@
+"""The result bundle a tuning pod prints at the end of its log, and its reader.
+
+Why logs: `pods/log` works through any API server (and RBAC ``get pods/log``) without exec/websocket
+or a helper pod mounting the PVC, and it is easy to fake. Limits: the kubelet rotates container logs at
+``containerLogMaxSize`` (10 MiB by default) and only the current file is served, so the bundle is capped
+(``DEFAULT_MAX_BYTES``); a promoted artifact over the cap is left out and the bundle says where it is on
+the PVC. A sha256 over the decoded bytes detects truncated or interleaved logs.
+
+Format (one bundle per log; the last one wins)::
+
+    ==> gpt-triton bundle v1 sha256=<hex> bytes=<n>
+    <base64, 76 chars a line>
+    <== gpt-triton bundle end
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from gpt_triton.errors import GptTritonError
+
+BEGIN = "==> gpt-triton bundle v1"
+END = "<== gpt-triton bundle end"
+DEFAULT_MAX_BYTES = 6 * 1024 * 1024  # 8 MiB of base64: under the kubelet's 10 MiB log rotation
+_BEGIN_RE = re.compile(re.escape(BEGIN) + r" sha256=([0-9a-f]{64}) bytes=(\d+)\s*$")
+MANIFEST = "bundle.json"
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def make_bundle(run_dir: Path, promoted_path: Path | None, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """A tar.gz of report.json (and the rest of the run's small files) plus the promoted version directory."""
+    manifest: dict[str, Any] = {"run_dir": str(run_dir), "promoted_path": str(promoted_path) if promoted_path else None}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        report = run_dir / "report.json"
+        if report.is_file():
+            tar.add(report, arcname="report.json")
+        artifact_bytes = 0
+        if promoted_path is not None and promoted_path.exists():
+            files = [p for p in sorted(promoted_path.rglob("*")) if p.is_file()] if promoted_path.is_dir() else [promoted_path]
+            artifact_bytes = sum(p.stat().st_size for p in files)
+            # Compressed size is unknown until written; the raw size is a safe upper bound for the cap.
+            if artifact_bytes <= max_bytes:
+                tar.add(promoted_path, arcname="artifact")
+                manifest["artifact"] = "artifact"
+            else:
+                manifest["artifact"] = None
+                manifest["artifact_omitted"] = (
+                    f"{artifact_bytes} bytes exceeds the {max_bytes}-byte log bundle cap; copy it from the PVC"
+                )
+        manifest["artifact_bytes"] = artifact_bytes
+        _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=2).encode())
+    return buf.getvalue()
+
+
+def format_bundle(data: bytes) -> str:
+    text = base64.b64encode(data).decode()
+    lines = [text[i : i + 76] for i in range(0, len(text), 76)]
+    digest = hashlib.sha256(data).hexdigest()
+    return "\n".join([f"{BEGIN} sha256={digest} bytes={len(data)}", *lines, END]) + "\n"
+
+
+def parse_bundle(log: str) -> bytes | None:
+    """The last complete bundle in a log, or None when the log has none. Raises when it is corrupt."""
+    lines = log.splitlines()
+    begin = None
+    for i in range(len(lines) - 1, -1, -1):
+        if _BEGIN_RE.match(lines[i].strip()):
+            begin = i
+            break
+    if begin is None:
+        return None
+    match = _BEGIN_RE.match(lines[begin].strip())
+    assert match is not None
+    digest, size = match.group(1), int(match.group(2))
+    body: list[str] = []
+    for line in lines[begin + 1 :]:
+        if line.strip() == END:
+            break
+        body.append(line.strip())
+    else:
+        raise GptTritonError("the result bundle in the pod log is truncated: the log was rotated or cut; copy the run directory from the PVC")
+    try:
+        data = base64.b64decode("".join(body), validate=True)
+    except ValueError as exc:
+        raise GptTritonError(f"the result bundle in the pod log is not valid base64 ({exc}); copy the run directory from the PVC") from exc
+    if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+        raise GptTritonError("the result bundle in the pod log fails its checksum; copy the run directory from the PVC")
+    return data
+
+
+def extract_bundle(data: bytes, dest: Path) -> dict[str, Any]:
+    """Unpack into ``dest`` (created); member paths are confined to it. Returns the bundle manifest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        # The "data" filter refuses absolute paths, '..', links out of dest and device files.
+        tar.extractall(dest, filter="data")
+    manifest_path = dest / MANIFEST
+    manifest: dict[str, Any] = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    return manifest

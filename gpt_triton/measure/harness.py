@@ -1,0 +1,256 @@
+"""The measurement harness: interleaved windows across candidates, racing, and the separate re-measure.
+
+* Interleaving: windows go round-robin across candidates (A, B, C, A, B, C, ...) so slow drift of a
+  shared, noisy machine (other tenants, thermal, page cache) hits every candidate alike instead of
+  whichever happened to be measured last. Each candidate gets a short warm-up before its first window.
+* Racing: every candidate first gets ``min_windows`` full windows (nothing is pruned on a cold or lucky
+  first window); after each later round, candidates whose objective interval lies entirely above the
+  leader's are dropped, and the remaining window budget goes to the contenders until each is stable
+  (perf_analyzer's rule) or has ``max_windows``.
+* Re-measure: a *separate* interleaved run of the finalists with fresh windows and seeds; the gain is
+  computed on it, not on the windows that picked the winner (the winner's curse).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpt_triton.errors import GptTritonError
+from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
+from gpt_triton.measure.records import Interval, LatencyStats, LoadProfile
+from gpt_triton.measure.stats import throughput_interval, window_bootstrap_interval
+from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
+from gpt_triton.records import Candidate
+from gpt_triton.spec import MeasureSpec, ObjectiveSpec
+
+RACING_RESAMPLES = 500  # quick intervals for drop decisions; final stats use spec.bootstrap_resamples
+
+
+@dataclass
+class RemeasureResult:
+    stats: LatencyStats
+    latencies_ms: np.ndarray  # pooled over the re-measure windows
+    window_latencies_ms: list[np.ndarray] = field(default_factory=list)  # per window, for the two-stage gain CI
+
+
+@dataclass
+class _Run:
+    """One load level's interleaved run over representatives."""
+
+    samples: dict[str, list[WindowSample]] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def dedupe_key(candidate: Candidate) -> str:
+    """Candidates with the same engine bytes, runtime options and serving route serve identically."""
+    art = candidate.artifact
+    if art is None or not art.sha256:
+        return f"id:{candidate.id}"
+    options = json.dumps(art.runtime_options, sort_keys=True, default=str)
+    return f"{art.sha256}|{options}|{candidate.serving.key()}"
+
+
+class Measurer:
+    def __init__(
+        self,
+        grpc_url: str,
+        requests: Sequence[dict[str, np.ndarray]],
+        spec: MeasureSpec,
+        objective: ObjectiveSpec,
+        metrics_url: str | None = None,
+        progress: Callable[[str], None] | None = None,
+        *,
+        processes: int = 1,
+        server_pid: int | None = None,
+        outputs: Sequence[str] | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not requests:
+            raise GptTritonError("no requests to measure with: the tuning split is empty")
+        if objective.load_index >= len(spec.loads):
+            raise GptTritonError(
+                f"objective.load_index {objective.load_index} but measure.loads has {len(spec.loads)} entries")
+        self.grpc_url = grpc_url
+        self.requests = list(requests)
+        self.spec = spec
+        self.objective = objective
+        self.metrics_url = metrics_url
+        self.progress = progress or (lambda _msg: None)
+        self.processes = processes
+        self.server_pid = server_pid
+        self.outputs = list(outputs) if outputs else None
+        self.seed = seed
+        self.machine_sharing: dict[str, Any] = {}
+        self.window_order: list[tuple[str, str]] = []  # (candidate id, load label), in the order run
+        self._windows_run = 0
+
+    # ------------------------------------------------------------ one window
+
+    def _window(self, model: str, load: LoadProfile, duration_s: float, min_requests: int) -> WindowSample:
+        self._windows_run += 1
+        return run_window(
+            self.grpc_url, model, self.requests, load, duration_s, min_requests, outputs=self.outputs,
+            metrics_url=self.metrics_url, processes=self.processes,
+            seed=self.seed * 1_000_003 + self._windows_run, payload_start=self._windows_run * 131,
+        )
+
+    def _say(self, log: list[str], message: str) -> None:
+        log.append(message)
+        self.progress(message)
+
+    # ------------------------------------------------------------ racing
+
+    def _race_interval(self, samples: list[WindowSample]) -> Interval | None:
+        metric = self.objective.metric
+        if metric == "throughput":
+            tp = throughput_interval([s.result.throughput for s in samples], resamples=RACING_RESAMPLES)
+            return Interval(value=-tp.value, low=-tp.high, high=-tp.low)
+        windows = [s.latencies_ms for s in samples if s.latencies_ms.size]
+        return window_bootstrap_interval(windows, metric, self.spec.confidence, RACING_RESAMPLES) if windows else None
+
+    def _race(self, run: _Run, log: list[str]) -> None:
+        contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
+        intervals = {cid: self._race_interval(run.samples[cid]) for cid in contenders}
+        slo = self.objective.slo_p99_ms
+        if self.objective.metric == "throughput" and slo is not None:
+            for cid in contenders:
+                p99 = window_bootstrap_interval([s.latencies_ms for s in run.samples[cid]], "p99",
+                                                self.spec.confidence, RACING_RESAMPLES)
+                if p99.low > slo:
+                    run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
+                    self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
+                    intervals.pop(cid)
+        ranked = sorted(((iv, cid) for cid, iv in intervals.items() if iv is not None), key=lambda x: x[0].value)
+        if not ranked:
+            return
+        lead_iv, leader = ranked[0]
+        for iv, cid in ranked[1:]:
+            if iv.low > lead_iv.high:
+                run.dropped[cid] = (
+                    f"{self.objective.metric} {abs(iv.value):.4g} [{iv.low:.4g}, {iv.high:.4g}] lies entirely "
+                    f"{'above' if self.objective.metric != 'throughput' else 'beyond'} leader {leader}'s "
+                    f"{abs(lead_iv.value):.4g} [{lead_iv.low:.4g}, {lead_iv.high:.4g}] after "
+                    f"{len(run.samples[cid])} windows"
+                )
+                self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
+
+    # ------------------------------------------------------------ interleaved runs
+
+    def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
+                    max_windows: int, stop_when_stable: bool, log: list[str]) -> _Run:
+        run = _Run(samples={cid: [] for cid in models})
+        done: set[str] = set()
+        for round_no in range(1, max_windows + 1):
+            todo = [cid for cid in models if cid not in done and cid not in run.dropped and cid not in run.failed]
+            if not todo:
+                break
+            for cid in todo:
+                try:
+                    if not run.samples[cid] and self.spec.warmup_s > 0:
+                        self._window(models[cid], load, self.spec.warmup_s, 0)  # discarded
+                    sample = self._window(models[cid], load, self.spec.window_s, self.spec.window_min_requests)
+                except GptTritonError as exc:
+                    run.failed[cid] = str(exc)
+                    self._say(log, f"{cid}: measurement failed at {load.label()}: {exc}")
+                    continue
+                self.window_order.append((cid, load.label()))
+                res = sample.result
+                if res.requests > 0 and res.errors == res.requests:
+                    run.failed[cid] = f"every request failed at {load.label()}: {sample.first_error}"
+                    self._say(log, f"{cid}: {run.failed[cid]}")
+                    continue
+                run.samples[cid].append(sample)
+                self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
+                              f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
+            if round_no < min_windows:
+                continue
+            if stop_when_stable:
+                for cid in todo:
+                    if cid not in run.failed and is_stable([s.result for s in run.samples[cid]], self.spec.stability):
+                        done.add(cid)
+                        self._say(log, f"{cid} stable at {load.label()} after {len(run.samples[cid])} windows")
+            if racing:
+                self._race(run, log)
+        for cid in models:
+            if cid not in done and cid not in run.dropped and cid not in run.failed and stop_when_stable:
+                self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows (max_windows)")
+        return run
+
+    def measure(self, candidates: Sequence[Candidate]) -> list[str]:
+        """Measure every deployed candidate at every load in ``spec.loads``; returns the decision log."""
+        log: list[str] = []
+        groups: dict[str, list[Candidate]] = {}
+        for cand in candidates:
+            if cand.deploy is None:
+                self._say(log, f"{cand.id}: not deployed, not measured")
+                continue
+            groups.setdefault(dedupe_key(cand), []).append(cand)
+        reps = {group[0].id: group[0] for group in groups.values()}
+        for group in groups.values():
+            if len(group) > 1:
+                self._say(log, f"{', '.join(c.id for c in group[1:])}: same artifact, runtime options and serving "
+                               f"route as {group[0].id}: measured once, results copied")
+        models = {cid: c.deploy.model_name for cid, c in reps.items() if c.deploy is not None}
+        spec, obj_index = self.spec, self.objective.load_index
+        # Racing compares one number per candidate; with rate profiles the throughput objective spans
+        # several loads, so it cannot race on one.
+        race = spec.racing and not (self.objective.metric == "throughput" and spec.loads[obj_index].kind != "concurrency")
+        if spec.racing and not race:
+            self._say(log, "racing off: the throughput objective over rate profiles spans several loads")
+        order = [obj_index] + [i for i in range(len(spec.loads)) if i != obj_index]
+        runs: dict[int, _Run] = {}
+        with pinned(self.server_pid) as sharing:
+            self.machine_sharing = sharing
+            self._say(log, f"machine: {sharing['note']}")
+            excluded: set[str] = set()
+            for i in order:
+                live = {cid: m for cid, m in models.items() if cid not in excluded}
+                runs[i] = self._interleave(live, spec.loads[i], race and i == obj_index, spec.min_windows,
+                                           spec.max_windows, True, log)
+                excluded |= set(runs[i].dropped) | set(runs[i].failed)
+        for cid, rep in reps.items():
+            failed = next((runs[i].failed[cid] for i in order if cid in runs[i].failed), None)
+            stats = [
+                summarise(load, runs[i].samples.get(cid, []), spec.stability, spec.confidence,
+                          spec.bootstrap_resamples, self.seed)
+                for i, load in enumerate(spec.loads)
+            ]
+            for cand in groups[dedupe_key(rep)]:
+                cand.latency = [s.model_copy(deep=True) for s in stats]
+                cand.status = "failed" if failed else "measured"
+                cand.reason = failed or (f"dropped by racing: {runs[obj_index].dropped[cid]}"
+                                         if cid in runs[obj_index].dropped else None)
+        self._say(log, f"measured {len(reps)} distinct candidates in {self._windows_run} windows (warm-ups included)")
+        return log
+
+    def remeasure(self, candidates: Sequence[Candidate]) -> dict[str, RemeasureResult]:
+        """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
+        objective's load, with fresh seeds; the basis for the gain's interval."""
+        models = {}
+        for cand in candidates:
+            if cand.deploy is None:
+                raise GptTritonError(f"candidate {cand.id} is not deployed: deploy it before re-measuring")
+            models[cand.id] = cand.deploy.model_name
+        load = self.spec.loads[self.objective.load_index]
+        log: list[str] = []
+        self.seed += 7_777  # fresh schedules: independent of the windows that selected the winner
+        with pinned(self.server_pid) as sharing:
+            self.machine_sharing = sharing
+            run = self._interleave(models, load, False, self.spec.remeasure_windows, self.spec.remeasure_windows,
+                                   False, log)
+        if run.failed:
+            cid, why = next(iter(run.failed.items()))
+            raise GptTritonError(f"re-measuring {cid} failed: {why}")
+        out = {}
+        for cid, samples in run.samples.items():
+            stats = summarise(load, samples, self.spec.stability, self.spec.confidence,
+                              self.spec.bootstrap_resamples, self.seed)
+            out[cid] = RemeasureResult(stats=stats, latencies_ms=pooled_latencies(samples),
+                                       window_latencies_ms=[s.latencies_ms for s in samples])
+        return out

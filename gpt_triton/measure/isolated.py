@@ -1,0 +1,118 @@
+"""In-process estimates of an artifact, reported only beside the served figures.
+
+What the competing tuners rank on (a median of in-process runs, or a profiler's kernel-time sum) is
+computed here so the report can show how well it predicts the latency Triton actually serves
+(:func:`rank_correlation`). Selection never uses these numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from gpt_triton.errors import GptTritonError
+from gpt_triton.measure.records import IsolatedStats
+from gpt_triton.records import Candidate
+from gpt_triton.routes._base import Artifact
+
+
+def _ort_session(path: Path, options: dict[str, Any], profile_dir: str | None = None) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    for key, value in (options.get("session_options") or {}).items():
+        if key == "graph_optimization_level" and isinstance(value, (str, int)):
+            value = ort.GraphOptimizationLevel(int(value)) if isinstance(value, int) else getattr(ort.GraphOptimizationLevel, value)
+        elif key == "execution_mode" and isinstance(value, (str, int)):
+            value = ort.ExecutionMode(int(value)) if isinstance(value, int) else getattr(ort.ExecutionMode, value)
+        if not hasattr(so, key):
+            raise GptTritonError(f"artifact runtime option session_options.{key} is not an ONNX Runtime SessionOptions field")
+        setattr(so, key, value)
+    for key, value in (options.get("config_entries") or {}).items():
+        so.add_session_config_entry(str(key), str(value))
+    if profile_dir is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(profile_dir, "ort_profile")
+    providers = options.get("providers") or ["CPUExecutionProvider"]
+    return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+
+
+def _median_ms(run: Any, requests: Sequence[dict[str, np.ndarray]], repeats: int) -> float:
+    for req in requests[: min(3, len(requests))]:  # warm-up
+        run(req)
+    times = []
+    for i in range(repeats):
+        req = requests[i % len(requests)]
+        start = time.perf_counter()
+        run(req)
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(statistics.median(times))
+
+
+def profiler_op_sum_ms(trace_file: str | Path, skip_first: int = 1) -> float | None:
+    """Median over runs of the summed kernel durations in an ORT profiler trace (Chrome trace JSON).
+
+    Kernel events (``cat == "Node"``, name ``..._kernel_time``) are assigned to the ``model_run`` span
+    that contains them; the first ``skip_first`` runs (allocation, first-touch) are left out.
+    """
+    events = json.loads(Path(trace_file).read_text())
+    runs = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+                  if e.get("cat") == "Session" and e.get("name") == "model_run")
+    kernels = [(float(e["ts"]), float(e["dur"])) for e in events
+               if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    sums = [sum(d for ts, d in kernels if lo <= ts <= hi) for lo, hi in runs[skip_first:]]
+    return float(statistics.median(sums)) / 1e3 if sums else None
+
+
+def isolated_estimate(artifact: Artifact, requests: Sequence[dict[str, np.ndarray]], repeats: int = 20) -> IsolatedStats:
+    """Median single-request latency in-process with the artifact's runtime and options, plus (ORT) the
+    profiler's per-op time sum. TensorRT artifacts need a GPU: returns empty stats here."""
+    if not requests:
+        raise GptTritonError("isolated_estimate needs at least one request")
+    path = Path(artifact.directory) / artifact.files[0]
+    if not path.is_file():
+        raise GptTritonError(f"artifact file missing: {path}; rebuild the candidate")
+    opts = artifact.runtime_options
+    if artifact.runtime == "onnxruntime":
+        sess = _ort_session(path, opts)
+        single = _median_ms(lambda req: sess.run(None, req), requests, repeats)
+        with tempfile.TemporaryDirectory() as tmp:
+            prof = _ort_session(path, opts, profile_dir=tmp)
+            for i in range(1 + max(1, min(repeats, 10))):
+                prof.run(None, requests[i % len(requests)])
+            op_sum = profiler_op_sum_ms(prof.end_profiling(), skip_first=1)
+        return IsolatedStats(single_request_ms=single, profiler_op_sum_ms=op_sum)
+    if artifact.runtime == "openvino":
+        import openvino as ov
+
+        core = ov.Core()
+        compiled = core.compile_model(str(path), "CPU", opts.get("config") or {})
+        request = compiled.create_infer_request()
+        single = _median_ms(lambda req: request.infer(req), requests, repeats)
+        return IsolatedStats(single_request_ms=single)
+    return IsolatedStats()
+
+
+def rank_correlation(candidates: Sequence[Candidate], load_index: int = 0, metric: str = "p50") -> float:
+    """Spearman correlation between the isolated single-request medians and the served ``metric`` at
+    ``load_index``, over candidates that have both; NaN with fewer than 3."""
+    pairs = []
+    for cand in candidates:
+        if cand.isolated is None or cand.isolated.single_request_ms is None or len(cand.latency) <= load_index:
+            continue
+        served = getattr(cand.latency[load_index], f"{metric}_ms")
+        if served is not None:
+            pairs.append((cand.isolated.single_request_ms, served.value))
+    if len(pairs) < 3:
+        return float("nan")
+    rho = stats.spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic
+    return float(rho)

@@ -1,0 +1,458 @@
+"""`gpt-triton tune`: the stages in order, with the run saved after each one.
+
+model -> routes -> built candidates -> deployed in Triton -> screened (tuning split) + measured ->
+selected -> re-measured against the baseline on a fresh server -> accepted on the held-out split ->
+promoted -> reported (and pushed).
+
+The held-out split is opened exactly once, for the final acceptance of the chosen candidate; every
+earlier decision uses the tuning split and says so in ``report.decisions``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gpt_triton import __version__
+from gpt_triton.errors import GptTritonError
+from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
+from gpt_triton.records import Candidate, Gain, RunReport
+from gpt_triton.routes._base import BuildContext
+from gpt_triton.spec import TuneSpec
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class TuneOptions:
+    model: Path
+    spec: TuneSpec
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    reference: Path | None = None
+    repository: Path | None = None  # default: spec.promotion.repository
+    out: Path | None = None  # default: runs/<model>-<run id>
+    triton_url: str | None = None
+    resume: bool = False
+    repeat_check: bool = False
+    promote: bool = True
+    pushgateway: str | None = None
+    signing_key_file: str | None = None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def check_repository_writable(repository: Path) -> None:
+    """Fail before any work when promotion could not write: one line, naming the path."""
+    probe_dir = repository
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir() or not os.access(probe_dir, os.W_OK | os.X_OK):
+        raise GptTritonError(f"model repository {repository} is not writable (checked {probe_dir}); pass --repository DIR")
+
+
+class Run:
+    """One tuning run: owns the report and saves it after every stage."""
+
+    def __init__(self, options: TuneOptions, info: ModelInfo, shapes: dict[str, list[int]], log: Log) -> None:
+        self.options = options
+        self.spec = options.spec
+        self.info = info
+        self.shapes = shapes
+        self.log = log
+        self.started = time.monotonic()
+        self.tuning = None  # type: ignore[var-annotated]  # the tuning split (ReferenceSet), set by _tune
+        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        self.run_dir = options.out or Path("runs") / f"{info.name}-{run_id}"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        from gpt_triton.environment import machine
+
+        self.report = RunReport(
+            run_id=run_id, tool_version=__version__, created=_now(), model=info, shapes=shapes,
+            spec=self.spec.model_dump(mode="json"), machine=machine(),
+            triton_mode="remote" if options.triton_url else "embedded",
+        )
+
+    def decide(self, text: str) -> None:
+        self.report.decisions.append(text)
+        self.log(text)
+
+    def save(self) -> None:
+        self.report.tuning_seconds = round(time.monotonic() - self.started, 3)
+        write_json_atomic(self.run_dir / "report.json", self.report.model_dump_json(indent=1))
+
+    def over_budget(self, reserve_s: float = 0.0) -> bool:
+        budget = self.spec.time_budget_s
+        return budget is not None and time.monotonic() - self.started > budget - reserve_s
+
+
+@contextlib.contextmanager
+def open_server(run: Run, staging: Path, label: str) -> Iterator:  # type: ignore[type-arg]
+    """The embedded server (started and always stopped) or the user's server (never stopped)."""
+    from gpt_triton.server import EmbeddedTriton, RemoteTriton
+
+    if run.options.triton_url:
+        server = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+        return
+    with EmbeddedTriton(repository=staging, workdir=run.run_dir / "triton", log_path=run.run_dir / f"triton-{label}.log") as server:
+        yield server
+
+
+def deploy(run: Run, server, candidates: Sequence[Candidate], staging: Path, suffix: str = "") -> list[Candidate]:  # type: ignore[no-untyped-def]
+    """Write each built candidate as a Triton model and load it; a load failure marks it failed."""
+    from gpt_triton.deploy import choose_backend, write_model
+    from gpt_triton.server import ModelLoadError
+
+    loaded: list[Candidate] = []
+    for candidate in candidates:
+        if candidate.artifact is None or candidate.status in ("crashed", "failed"):
+            continue
+        backend = choose_backend(candidate.artifact, server.native_backends)
+        name = f"c_{candidate.id}{suffix}"
+        info = write_model(staging, name, run.info, run.shapes, candidate.artifact, candidate.serving, backend)
+        try:
+            server.load(staging / name)
+        except ModelLoadError as exc:
+            candidate.status, candidate.reason = "failed", f"load failed: {exc}"
+            run.decide(f"{candidate.id}: failed to load in Triton ({exc})")
+            continue
+        candidate.deploy = info
+        if candidate.status == "built":
+            candidate.status = "deployed"
+        loaded.append(candidate)
+    return loaded
+
+
+def unload(server, candidates: Sequence[Candidate]) -> None:  # type: ignore[no-untyped-def]
+    for candidate in candidates:
+        if candidate.deploy is not None:
+            with contextlib.suppress(Exception):
+                server.unload(candidate.deploy.model_name)
+
+
+def screen_accuracy(run: Run, grpc_url: str, candidates: Sequence[Candidate], tuning) -> None:  # type: ignore[no-untyped-def]
+    """Accuracy on the tuning split through Triton; a failing candidate becomes infeasible (not timed)."""
+    from gpt_triton.accuracy.compare import compare_requests, eligible
+    from gpt_triton.accuracy.validate import infer_requests
+
+    outputs = [t.name for t in run.info.outputs]
+    for candidate in candidates:
+        assert candidate.deploy is not None
+        try:
+            produced = infer_requests(grpc_url, candidate.deploy.model_name, tuning.inputs, outputs)
+        except Exception as exc:  # an engine that errors at inference is a failed route, not a crash of the run
+            candidate.status, candidate.reason = "failed", f"inference failed: {' '.join(str(exc).split())[:300]}"
+            run.decide(f"{candidate.id}: inference failed on the tuning split ({candidate.reason})")
+            continue
+        result = compare_requests(tuning.outputs, produced, run.spec.accuracy, "tuning", inputs=tuning.inputs)
+        candidate.accuracy = result
+        ok, why = eligible(result, run.spec.accuracy)
+        if not ok:
+            candidate.status, candidate.reason = "infeasible", why
+            run.decide(f"{candidate.id}: infeasible on the tuning split: {why}")
+
+
+def reference_outputs_from_baseline(run: Run, grpc_url: str, baseline: Candidate, ref):  # type: ignore[no-untyped-def]
+    """Without recorded outputs, what the default route serves today is the reference."""
+    from gpt_triton.accuracy.validate import infer_requests
+
+    assert baseline.deploy is not None
+    outputs = infer_requests(grpc_url, baseline.deploy.model_name, ref.inputs, [t.name for t in run.info.outputs])
+    return ref.with_outputs(outputs)
+
+
+def tune(options: TuneOptions, log: Log = print) -> RunReport:
+    """Run every stage; returns the report (also saved as RUN_DIR/report.json)."""
+    from gpt_triton.accuracy.reference import (
+        load_reference,
+        save_calibration_npz,
+        split_reference,
+        synthesize_reference,
+    )
+
+    spec = options.spec
+    info = inspect_model(options.model)
+    shapes = resolve_shapes(info, options.shapes)
+    repository = Path(options.repository or spec.promotion.repository)
+    if options.promote:
+        check_repository_writable(repository)
+    if options.reference is not None:
+        ref = load_reference(options.reference, info, shapes)
+    else:
+        ref = synthesize_reference(info, shapes, spec.accuracy.synthetic_requests, spec.accuracy.split_seed)
+    signing_key = None
+    if options.promote:
+        from gpt_triton.promote.signing import load_signing_key
+
+        signing_key = load_signing_key(options.signing_key_file)
+
+    run = Run(options, info, shapes, log)
+    try:
+        _tune(run, ref, repository, signing_key, split_reference, save_calibration_npz)
+        run.report.status = "done"
+    except BaseException as exc:
+        run.report.status, run.report.error = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        run.save()
+        if options.pushgateway:
+            from gpt_triton.metrics.pushgateway import push_run_metrics
+
+            with contextlib.suppress(GptTritonError) if run.report.status == "failed" else contextlib.nullcontext():
+                push_run_metrics(options.pushgateway, run.report, failed=run.report.status == "failed")
+    return run.report
+
+
+def _tune(run: Run, ref, repository: Path, signing_key, split_reference, save_calibration_npz) -> None:  # type: ignore[no-untyped-def]
+    from gpt_triton.build import build_candidates
+    from gpt_triton.measure.harness import Measurer
+    from gpt_triton.search import CandidateSearch
+    from gpt_triton.select import objective_value
+    from gpt_triton.tuning_cache import TuningCache
+
+    spec, report = run.spec, run.report
+    tuning, heldout = split_reference(ref, spec.accuracy.heldout_fraction, spec.accuracy.split_seed)
+    run.tuning = tuning
+    report.reference = {
+        "source": ref.source, "synthetic": ref.synthetic, "requests": len(ref.inputs),
+        "split_seed": spec.accuracy.split_seed, "tuning_requests": len(tuning.inputs),
+        "heldout_requests": heldout.size, "outputs_recorded": ref.outputs is not None,
+    }
+    run.decide(f"reference: {ref.source} ({'synthetic' if ref.synthetic else 'recorded'}), "
+               f"{len(tuning.inputs)} tuning / {heldout.size} held-out requests, seed {spec.accuracy.split_seed}")
+    calibration = run.run_dir / "calibration.npz"
+    save_calibration_npz(tuning, calibration)
+    context = BuildContext(model=run.info, shapes=run.shapes, calibration_npz=str(calibration))
+    cache = TuningCache.open(run.run_dir / "tuning_cache.jsonl", run.info, spec, resume=run.options.resume)
+    search = CandidateSearch(spec, run.info)
+    staging = run.run_dir / "staging"
+    staging.mkdir(exist_ok=True)
+
+    with open_server(run, staging, "search") as server:
+        report.triton_version = server.version()
+        measurer = None
+        while not run.over_budget(reserve_s=60.0):
+            batch = search.ask()
+            if not batch:
+                break
+            report.candidates.extend(batch)
+            run.log(f"building {len(batch)} candidates")
+            build_candidates(batch, context, run.run_dir / "artifacts", spec.search, cache=cache)
+            run.save()
+            loaded = deploy(run, server, batch, staging)
+            if tuning.outputs is None:
+                baseline = next((c for c in loaded if c.is_baseline), None)
+                if baseline is None:
+                    raise GptTritonError("the default route did not build or load, so there is no reference output; "
+                                         f"see {run.run_dir / 'report.json'}")
+                tuning = run.tuning = reference_outputs_from_baseline(run, server.grpc_url, baseline, tuning)
+                run.decide("tuning-split reference outputs: the default route's outputs served by Triton")
+            screen_accuracy(run, server.grpc_url, [c for c in loaded if c.status == "deployed"], tuning)
+            feasible = [c for c in loaded if c.status == "deployed"]
+            if measurer is None:
+                measurer = Measurer(server.grpc_url, tuning.inputs, spec.measure, spec.objective, metrics_url=server.metrics_url, progress=run.log)
+            for line in measurer.measure(feasible):
+                run.decide(line)
+            search.tell(batch, lambda c: objective_value(c.latency, spec.objective) if c.status == "measured" else None)
+            for candidate in batch:
+                cache.record(candidate)
+            unload(server, batch)
+            run.save()
+        for line in search.decisions:
+            report.decisions.append(f"search: {line}")
+    _finish(run, heldout, repository, signing_key, staging)
+
+
+def _eligible(run: Run) -> Callable[[Candidate], tuple[bool, str]]:
+    from gpt_triton.accuracy.compare import eligible
+
+    def check(candidate: Candidate) -> tuple[bool, str]:
+        if candidate.accuracy is None:
+            return False, "no accuracy result"
+        return eligible(candidate.accuracy, run.spec.accuracy)
+
+    return check
+
+
+def _finish(run: Run, heldout, repository: Path, signing_key, staging: Path) -> None:  # type: ignore[no-untyped-def]
+    from gpt_triton.measure.harness import Measurer
+    from gpt_triton.measure.isolated import isolated_estimate
+    from gpt_triton.select import gain, objective_value, select
+
+    spec, report = run.spec, run.report
+    measured = [c for c in report.candidates if c.status == "measured"]
+    baseline = next((c for c in report.candidates if c.is_baseline), None)
+    report.baseline_id = baseline.id if baseline else None
+    if baseline is None or baseline.status != "measured":
+        raise GptTritonError(
+            f"the default route was not measured ({baseline.reason if baseline else 'not planned'}); "
+            f"nothing can be compared or promoted; see {run.run_dir / 'report.json'}"
+        )
+    for candidate in measured:
+        if candidate.artifact is not None:
+            try:
+                candidate.isolated = isolated_estimate(candidate.artifact, run.tuning.inputs)
+            except Exception as exc:  # isolated figures are for comparison only; say why one is missing
+                run.decide(f"{candidate.id}: no isolated estimate ({type(exc).__name__}: {exc})")
+    selection = select(measured, spec.objective, _eligible(run))
+    for line in selection.log:
+        run.decide(f"select (tuning split): {line}")
+    report.selected_id = selection.winner_id
+    winner = report.candidate(selection.winner_id) if selection.winner_id else baseline
+    run.save()
+    if run.options.repeat_check:
+        _repeat_check(run, measured, selection, staging)
+
+    chosen = baseline
+    if winner.id != baseline.id:
+        contenders = [winner, baseline]
+        runner_up = report.candidate(selection.runner_up_id) if selection.runner_up_id else None
+        if runner_up is not None and runner_up.id not in (winner.id, baseline.id):
+            contenders.insert(1, runner_up)
+        with open_server(run, staging, "remeasure") as server:
+            loaded = deploy(run, server, contenders, staging, suffix="_r")
+            if len(loaded) == len(contenders):
+                measurer = Measurer(server.grpc_url, run.tuning.inputs, spec.measure,
+                                    spec.objective, metrics_url=server.metrics_url, progress=run.log)
+                results = measurer.remeasure(contenders)
+                estimate = None
+                win_value = objective_value(winner.latency, spec.objective)
+                base_value = objective_value(baseline.latency, spec.objective)
+                if win_value and base_value:
+                    estimate = base_value / win_value
+                report.gain = gain(results[baseline.id], results[winner.id], spec.objective, spec.measure.confidence,
+                                   spec.measure.bootstrap_resamples, estimate)
+            unload(server, loaded)
+        g: Gain | None = report.gain
+        if g is not None:
+            run.decide(
+                f"re-measured on a fresh server, interleaved: baseline/winner {g.metric} ratio {g.ratio.value:.3f} "
+                f"[{g.ratio.low:.3f}, {g.ratio.high:.3f}] (selection estimated {g.selection_estimate_ratio or float('nan'):.3f})"
+            )
+        if g is not None and (g.significant or not spec.promotion.require_gain):
+            chosen = winner
+        else:
+            run.decide("the re-measured gain's interval does not exclude 1.0: the baseline is promoted")
+    else:
+        run.decide("selection picked the default route: the baseline is promoted")
+    report.winner_id = chosen.id
+    run.save()
+
+    # The held-out split is opened exactly once, here, for the final acceptance of the chosen candidate.
+    accepted = _accept_on_heldout(run, heldout, chosen, baseline, staging)
+    if not accepted and chosen.id != baseline.id:
+        run.decide("the winner failed held-out acceptance: the baseline is promoted instead")
+        chosen = baseline
+        report.winner_id = baseline.id
+    run.save()
+    if run.options.promote:
+        _promote(run, chosen, repository, signing_key)
+
+
+
+
+def _repeat_check(run: Run, measured: Sequence[Candidate], first, staging: Path) -> None:  # type: ignore[no-untyped-def]
+    """Select a second time from an independent measurement on a fresh server; do they agree?"""
+    from gpt_triton.measure.harness import Measurer
+    from gpt_triton.select import select
+
+    copies = [c.model_copy(deep=True) for c in measured]
+    for copy in copies:
+        copy.latency, copy.status = [], "built"
+    with open_server(run, staging, "repeat") as server:
+        loaded = deploy(run, server, copies, staging, suffix="_k")
+        Measurer(server.grpc_url, run.tuning.inputs, run.spec.measure, run.spec.objective,
+                 metrics_url=server.metrics_url, progress=run.log).measure(loaded)
+        unload(server, loaded)
+    second = select([c for c in copies if c.status == "measured"], run.spec.objective, _eligible(run))
+    first_set = {first.winner_id, *first.ties}
+    second_set = {second.winner_id, *second.ties}
+    if first.winner_id == second.winner_id:
+        verdict = "agree"
+    elif first.winner_id in second_set or second.winner_id in first_set:
+        verdict = "tie"
+    else:
+        verdict = "disagree"
+    run.report.repeat_check = {"first": first.winner_id, "second": second.winner_id, "verdict": verdict,
+                               "first_ties": list(first.ties), "second_ties": list(second.ties)}
+    run.decide(f"repeat check: first selection {first.winner_id}, second {second.winner_id}: {verdict}")
+
+
+def _accept_on_heldout(run: Run, heldout, chosen: Candidate, baseline: Candidate, staging: Path) -> bool:  # type: ignore[no-untyped-def]
+    from gpt_triton.accuracy.compare import compare_requests, eligible
+    from gpt_triton.accuracy.validate import infer_requests
+
+    held = heldout.open_for_acceptance(f"final acceptance of {chosen.id} before promotion")
+    if not held.inputs:
+        run.decide("held-out split is empty: acceptance skipped (give more reference requests)")
+        return True
+    outputs = [t.name for t in run.info.outputs]
+    contenders = [chosen] if held.outputs is not None or chosen.id == baseline.id else [chosen, baseline]
+    with open_server(run, staging, "heldout") as server:
+        loaded = deploy(run, server, contenders, staging, suffix="_h")
+        if len(loaded) != len(contenders):
+            raise GptTritonError(f"could not load {chosen.id} for held-out acceptance; see {run.run_dir / 'report.json'}")
+        if held.outputs is None:
+            held = held.with_outputs(infer_requests(server.grpc_url, baseline.deploy.model_name, held.inputs, outputs))  # type: ignore[union-attr]
+        produced = infer_requests(server.grpc_url, chosen.deploy.model_name, held.inputs, outputs)  # type: ignore[union-attr]
+        unload(server, loaded)
+    result = compare_requests(held.outputs, produced, run.spec.accuracy, "heldout", inputs=held.inputs)
+    run.report.heldout = result
+    ok, why = eligible(result, run.spec.accuracy)
+    run.decide(
+        f"held-out acceptance of {chosen.id} on {result.requests} requests: {'passed' if ok else 'FAILED: ' + why}; "
+        f"{result.exceedances} exceedances, upper bound {result.exceedance_upper_bound:.2%} at {result.confidence:.0%}"
+    )
+    return ok
+
+
+def _promote(run: Run, chosen: Candidate, repository: Path, signing_key: bytes | None) -> None:
+    from gpt_triton.deploy import choose_backend, model_config, write_version_files
+    from gpt_triton.promote.repository import promote
+
+    assert chosen.artifact is not None
+    name = run.spec.promotion.model_name or run.info.name
+    # Production uses the backend production would use; the embedded server only has python.
+    native = frozenset(run.spec.server.native_backends or [])
+    backend = choose_backend(chosen.artifact, native)
+    config = model_config(name, run.info, run.shapes, chosen.artifact, chosen.serving, backend)
+    report = run.report
+    provenance = {
+        "run_id": report.run_id,
+        "model_sha256": run.info.sha256,
+        "model_path": run.info.path,
+        "candidate_id": chosen.id,
+        "route": chosen.route_text(),
+        "is_baseline": chosen.is_baseline,
+        "backend": backend,
+        "triton_version": report.triton_version,
+        "latency": [s.model_dump(mode="json", exclude={"windows"}) for s in chosen.latency],
+        "gain": report.gain.model_dump(mode="json") if report.gain else None,
+        "accuracy_tuning": chosen.accuracy.model_dump(mode="json") if chosen.accuracy else None,
+        "accuracy_heldout": report.heldout.model_dump(mode="json") if report.heldout else None,
+    }
+    promoted = promote(
+        repository, name, config, lambda version_dir: write_version_files(version_dir, chosen.artifact, backend),  # type: ignore[arg-type]
+        provenance, keep_versions=run.spec.promotion.keep_versions, signing_key=signing_key,
+    )
+    report.promoted_version = promoted.version
+    report.promoted_path = str(promoted.path)
+    run.decide(f"promoted {chosen.id} as {name} version {promoted.version} into {repository}")

@@ -1,0 +1,245 @@
+"""Atomic promotion of a model version into the production Triton repository.
+
+A version is written into a hidden temp folder in the model directory (Triton only loads numeric
+folders), fsynced, then renamed to its number; the model-level config.pbtxt is replaced by rename too.
+A failure at any step removes what this promotion wrote and leaves earlier versions untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import py_compile
+import re
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from gpt_triton.environment import environment_fingerprint
+from gpt_triton.errors import GptTritonError
+from gpt_triton.model_info import sha256_file
+from gpt_triton.promote.lock import promotion_lock
+from gpt_triton.promote.signing import SIGNATURES_FILE, sign_version_dir
+
+PROVENANCE_FILE = "provenance.json"
+CONFIG_FILE = "config.pbtxt"
+# A signed copy of the model-level config written with the version, so verify can tell if config.pbtxt
+# (outside every version folder, so unsigned itself) was edited since.
+PROMOTED_CONFIG_FILE = "promoted_config.pbtxt"
+TMP_PREFIX = ".tmp-"
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class PromotedVersion:
+    version: int
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)  # the provenance.json written
+    pruned: list[int] = field(default_factory=list)  # versions removed by this promotion
+
+
+def list_versions(model_dir: Path) -> list[int]:
+    """Numeric version folders of a model directory, ascending (what Triton would see)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+
+
+def next_version(model_dir: Path) -> int:
+    """One past the highest existing version (1 for a new model); gaps from pruning are never reused."""
+    versions = list_versions(model_dir)
+    return versions[-1] + 1 if versions else 1
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and folder below ``root`` so the rename never exposes unwritten data after a crash."""
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            _fsync_path(Path(dirpath) / name)
+        _fsync_path(Path(dirpath))
+
+
+def _relative_files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _compile_python(version_dir: Path) -> None:
+    """Byte-compile the version's python files (the adapter) now, so they are signed with it.
+
+    Triton's python backend imports model.py with the normal import system, which would otherwise write
+    ``__pycache__`` into the signed folder at load time. Checked-hash pycs are validated against the
+    source's hash, not its mtime, so a copied repository still uses them and nothing new is written.
+    The cache tag is this interpreter's: promote with the Python minor version Triton's stub runs.
+    """
+    for source in sorted(version_dir.rglob("*.py")):
+        py_compile.compile(
+            str(source), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
+        )
+
+
+def _write_provenance(version_dir: Path, provenance: dict[str, Any], model_name: str, version: int) -> dict[str, Any]:
+    files = {rel: sha256_file(version_dir / rel) for rel in _relative_files(version_dir)}
+    manifest: dict[str, Any] = dict(provenance)
+    manifest.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    manifest.update(
+        model_name=model_name,
+        version=version,
+        environment=environment_fingerprint(),
+        files=files,
+    )
+    try:
+        text = json.dumps(manifest, indent=1, sort_keys=True, default=str)
+    except (TypeError, ValueError) as exc:
+        raise GptTritonError(f"provenance for {model_name} is not JSON-serialisable: {exc}") from exc
+    (version_dir / PROVENANCE_FILE).write_text(text + "\n")
+    return manifest
+
+
+def _config_text(config: model_config_pb2.ModelConfig, model_name: str, version: int, serving: int | None) -> str:
+    """The model-level config: the given one, named for the model, with a policy that keeps serving loadable.
+
+    With a known serving version both it and the new one are listed (a canary needs both); otherwise the
+    two newest stay loadable so the previous version survives a rollback.
+    """
+    final = model_config_pb2.ModelConfig()
+    final.CopyFrom(config)
+    final.name = model_name
+    final.ClearField("version_policy")
+    if serving is not None and serving != version:
+        final.version_policy.specific.versions.extend(sorted({serving, version}))
+    else:
+        final.version_policy.latest.num_versions = 2
+    return str(text_format.MessageToString(final))
+
+
+def _prune(model_dir: Path, keep_versions: int, serving: int | None, new_version: int) -> list[int]:
+    """Remove versions outside the newest ``keep_versions`` but only those older than the serving one."""
+    if serving is None:
+        return []
+    versions = list_versions(model_dir)
+    kept = set(versions[-keep_versions:]) | {serving, new_version}
+    removed = []
+    for version in versions:
+        if version in kept or version >= serving:
+            continue
+        # Rename first so Triton never sees a half-deleted version folder.
+        trash = model_dir / f"{TMP_PREFIX}prune-{version}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(model_dir / str(version), trash)
+        except OSError:  # the new version is already in place; an unprunable old one is only clutter
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(version)
+    return removed
+
+
+def _clean_stale(model_dir: Path) -> None:
+    """Temp folders left by a promotion that was killed: safe to remove while we hold the lock."""
+    for entry in model_dir.iterdir():
+        if entry.name.startswith(TMP_PREFIX) or entry.name.startswith(f".{CONFIG_FILE}.tmp-"):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def _prepare_model_dir(repository: Path, model_name: str) -> Path:
+    if not _MODEL_NAME.match(model_name):
+        raise GptTritonError(f"bad model name {model_name!r}: use letters, digits, '_', '-', '.' (not starting with '.')")
+    model_dir = repository / model_name
+    try:
+        model_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GptTritonError(f"cannot write to repository {repository}: {exc.strerror or exc}; check the path and its permissions") from exc
+    if not os.access(model_dir, os.W_OK | os.X_OK):
+        raise GptTritonError(f"cannot write to repository {model_dir}: permission denied; check its permissions")
+    return model_dir
+
+
+def promote(
+    repository: Path,
+    model_name: str,
+    config: model_config_pb2.ModelConfig,
+    write_version: Callable[[Path], None],
+    provenance: dict[str, Any],
+    *,
+    keep_versions: int = 3,
+    signing_key: bytes | None = None,
+    serving_version: int | None = None,
+) -> PromotedVersion:
+    """Add the next version of ``model_name`` to ``repository`` atomically; see the module docstring.
+
+    ``write_version(dir)`` fills the version folder; provenance.json (the caller's facts + environment
+    fingerprint + file sha256s) and, with ``signing_key``, signatures.json are added here.
+    """
+    if keep_versions < 1:
+        raise GptTritonError(f"keep_versions must be at least 1 (got {keep_versions})")
+    repository = Path(repository)
+    model_dir = _prepare_model_dir(repository, model_name)
+    with promotion_lock(model_dir, model_name):
+        _clean_stale(model_dir)
+        if serving_version is not None and serving_version not in list_versions(model_dir):
+            raise GptTritonError(
+                f"serving version {serving_version} of {model_name} is not in {model_dir}: pass the version Triton serves"
+            )
+        version = next_version(model_dir)
+        token = uuid.uuid4().hex[:12]
+        tmp_dir = model_dir / f"{TMP_PREFIX}{token}"
+        tmp_config = model_dir / f".{CONFIG_FILE}.tmp-{token}"
+        final_dir = model_dir / str(version)
+        renamed = False
+        try:
+            tmp_dir.mkdir()
+            write_version(tmp_dir)
+            if not any(tmp_dir.iterdir()):
+                raise GptTritonError(f"promotion of {model_name} wrote no files into the version folder")
+            for reserved in (PROVENANCE_FILE, SIGNATURES_FILE, PROMOTED_CONFIG_FILE):
+                if (tmp_dir / reserved).exists():
+                    raise GptTritonError(f"write_version must not write {reserved}: promotion adds it")
+            config_text = _config_text(config, model_name, version, serving_version)
+            (tmp_dir / PROMOTED_CONFIG_FILE).write_text(config_text)
+            _compile_python(tmp_dir)
+            manifest = _write_provenance(tmp_dir, provenance, model_name, version)
+            if signing_key:
+                sign_version_dir(tmp_dir, signing_key)
+            _fsync_tree(tmp_dir)
+            with open(tmp_config, "w") as handle:
+                handle.write(config_text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.rename(tmp_dir, final_dir)
+            renamed = True
+            os.replace(tmp_config, model_dir / CONFIG_FILE)
+        except BaseException as exc:
+            if renamed and final_dir.exists():
+                # Hide it again before deleting so Triton never sees a half-removed version.
+                os.rename(final_dir, tmp_dir)
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            tmp_config.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                where = exc.filename or model_dir
+                raise GptTritonError(f"promotion into {where} failed: {exc.strerror or exc}; nothing was changed") from exc
+            raise
+        # Make both renames durable. Best effort: some filesystems refuse fsync on a directory, and the
+        # version is complete and visible either way.
+        with contextlib.suppress(OSError):
+            _fsync_path(model_dir)
+        pruned = _prune(model_dir, keep_versions, serving_version, version)
+        return PromotedVersion(version=version, path=final_dir, manifest=manifest, pruned=pruned)

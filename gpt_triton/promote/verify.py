@@ -1,0 +1,120 @@
+"""Check a production repository: every version's signatures, and whether its engine is valid here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpt_triton.environment import EnvVerdict, compare_environment, environment_fingerprint
+from gpt_triton.errors import GptTritonError
+from gpt_triton.promote.repository import CONFIG_FILE, PROMOTED_CONFIG_FILE, PROVENANCE_FILE, list_versions
+from gpt_triton.promote.signing import verify_version_dir
+
+RUNTIME_FILE = "gpt_triton_runtime.json"  # written by the deploy module next to the adapter
+
+
+@dataclass
+class VersionCheck:
+    model: str
+    version: int
+    path: Path
+    runtime: str
+    verdict: EnvVerdict
+    signature_error: str | None = None  # None: every file matches its signature
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def signed_ok(self) -> bool:
+        return self.signature_error is None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _runtime_of(version_dir: Path, provenance: dict[str, Any]) -> str:
+    """The engine's runtime: from provenance, else from the adapter's runtime file; "unknown" otherwise."""
+    artifact = provenance.get("artifact")
+    candidates = [
+        provenance.get("runtime"),
+        artifact.get("runtime") if isinstance(artifact, dict) else None,
+        _read_json(version_dir / RUNTIME_FILE).get("runtime"),
+    ]
+    for value in candidates:
+        if isinstance(value, str) and value:
+            return value
+    return "unknown"
+
+
+def _models(repository: Path, model: str | None) -> list[Path]:
+    if not repository.is_dir():
+        raise GptTritonError(f"repository {repository} does not exist: pass the production model repository")
+    if model is not None:
+        model_dir = repository / model
+        if not model_dir.is_dir():
+            raise GptTritonError(f"model {model} not found in {repository}")
+        return [model_dir]
+    return sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def check_version(model: str, version_dir: Path, key: bytes, current: dict[str, Any]) -> VersionCheck:
+    provenance = _read_json(version_dir / PROVENANCE_FILE)
+    runtime = _runtime_of(version_dir, provenance)
+    verdict = compare_environment(provenance.get("environment") or {}, current, runtime)
+    check = VersionCheck(model=model, version=int(version_dir.name), path=version_dir, runtime=runtime, verdict=verdict)
+    try:
+        verify_version_dir(version_dir, key)
+    except GptTritonError as exc:
+        check.signature_error = str(exc)
+    return check
+
+
+def _operational(text: str) -> Any:
+    """The config without its version_policy, which may legitimately change (a canary pins versions)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    config.ClearField("version_policy")
+    return config
+
+
+def check_model_config(newest: VersionCheck) -> None:
+    """Compare the model-level config.pbtxt with the signed copy promoted with the newest version."""
+    model_dir = newest.path.parent
+    promoted = newest.path / PROMOTED_CONFIG_FILE
+    if not newest.signed_ok or not promoted.is_file():
+        return
+    live = model_dir / CONFIG_FILE
+    try:
+        same = _operational(live.read_text()) == _operational(promoted.read_text())
+    except (OSError, ValueError) as exc:  # text_format.ParseError is a ValueError
+        newest.signature_error = f"tampered file {live}: unreadable ({exc})"
+        return
+    if not same:
+        newest.signature_error = (
+            f"tampered file {live}: differs from the config signed with version {newest.version} "
+            f"(beyond version_policy); restore {promoted.name} from that version or re-promote"
+        )
+
+
+def verify_repository(repository: Path, model: str | None, key: bytes) -> list[VersionCheck]:
+    """One check per version of every model (or of ``model``) in ``repository``; raises when none exist."""
+    repository = Path(repository)
+    current = environment_fingerprint()
+    checks: list[VersionCheck] = []
+    for model_dir in _models(repository, model):
+        model_checks = [check_version(model_dir.name, model_dir / str(v), key, current) for v in list_versions(model_dir)]
+        if model_checks:
+            check_model_config(model_checks[-1])
+        checks += model_checks
+    if not checks:
+        where = f"model {model} in {repository}" if model else str(repository)
+        raise GptTritonError(f"no model versions found in {where}: nothing to verify")
+    return checks

@@ -1,0 +1,144 @@
+"""report.md: the same verdict and tables as the terminal, plus per-load detail, decisions and plots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpt_triton.records import RunReport
+from gpt_triton.report.plots import PLOT_TITLES, plot_availability
+from gpt_triton.report.table import (
+    FAILED_STATUSES,
+    accuracy_text,
+    fmt_interval,
+    fmt_ms,
+    marks,
+    objective,
+    per_family_summary,
+    short_route,
+    union_text,
+    verdict_lines,
+)
+
+
+def _cell(text: object) -> str:
+    """Markdown table cells cannot hold pipes or newlines (route keys contain ``|``)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _link(path: Path, relative_to: Path | None) -> str:
+    if relative_to is None:
+        return path.as_posix()
+    return Path(os.path.relpath(path, relative_to)).as_posix()
+
+
+def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path | None = None) -> str:
+    """The Markdown report. Plot links are made relative to ``relative_to`` (report.md's directory)."""
+    metric, load_index = objective(report)
+    out: list[str] = [f"# gpt-triton run {report.run_id}: {report.model.name}", ""]
+    out.append(
+        f"Model `{report.model.path}` (sha256 {report.model.sha256[:12]}, opset {report.model.opset}), shapes "
+        + ", ".join(f"`{k}={'x'.join(map(str, v))}`" for k, v in report.shapes.items())
+        + f". Created {report.created} by gpt-triton {report.tool_version}; tuning took {report.tuning_seconds:.0f} s."
+    )
+    m = report.machine
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(m.runtime_versions.items()))
+    out += [
+        "",
+        f"Machine `{m.hostname}`: {m.cpu}, {m.cores} cores, {m.memory_bytes / 2**30:.0f} GiB, GPU {m.gpu or 'none'}"
+        + (f"; {versions}" if versions else "")
+        + f". Triton {report.triton_version or '?'} ({report.triton_mode}).",
+    ]
+    if report.reference:
+        ref = report.reference
+        synthetic = " **synthetic inputs: accuracy says nothing about real traffic**" if ref.get("synthetic") else ""
+        out += ["", "Reference data: " + ", ".join(f"{k}={v}" for k, v in ref.items()) + "." + synthetic]
+    out += ["", "## Verdict", ""]
+    out += [f"- **{label}**: {_cell(text)}" for label, text in verdict_lines(report)]
+
+    out += ["", "## Candidates", "", f"Objective: {metric} at load index {load_index}. "
+            "Marks: ★ winner, B baseline, s selected but not confirmed. Intervals are 95% bootstrap CIs.", ""]
+    rows: list[list[object]] = []
+    for c in report.candidates:
+        stats = c.latency[load_index] if load_index < len(c.latency) else (c.latency[0] if c.latency else None)
+        rows.append([
+            marks(report, c), c.id, c.family, f"`{short_route(c, 80)}`", c.status,
+            c.deploy.backend if c.deploy else "-",
+            f"{c.build.seconds:.1f}" + (" (cached)" if c.build.cached else ""),
+            fmt_interval(stats.p50_ms if stats else None), fmt_interval(stats.p99_ms if stats else None),
+            fmt_ms(stats.throughput.value) if stats and stats.throughput else "-", accuracy_text(report, c),
+            fmt_ms(c.isolated.single_request_ms if c.isolated else None),
+            c.reason if c.status in FAILED_STATUSES and c.reason else "",
+        ])
+    if rows:
+        out += _table(["", "id", "family", "route", "status", "backend", "build s", "p50 ms", "p99 ms", "thr/s",
+                       "accuracy", "isolated ms", "reason"], rows)
+    else:
+        out += ["No candidates were planned.", ""]
+
+    families = per_family_summary(report)
+    if families:
+        out += ["## Per family", ""]
+        out += _table(
+            ["family", "candidates", "measured", "failed", "eligible", "best", metric, "vs baseline"],
+            [[r["family"], r["candidates"], r["measured"], r["failed"], r["eligible"], r["best_id"] or "-",
+              fmt_ms(r["best_value"]), f"{r['vs_baseline']:.2f}x" if r["vs_baseline"] else "-"]
+             for r in families if r["kind"] == "family"],
+        )
+        out += [union_text(families[-1]) + ".", ""]
+
+    out += _per_load(report)
+
+    if report.heldout is not None and report.heldout.outputs:
+        out += ["## Held-out accuracy per output", ""]
+        out += _table(["output", "metric", "tolerance", "worst", "quantile", "margin", "exceedances"],
+                      [[o.output, o.metric, f"{o.tolerance:g}", f"{o.worst:.3g}", f"{o.quantile:.3g}",
+                        f"{o.margin:.3g}", f"{o.exceedances}/{o.requests}"] for o in report.heldout.outputs])
+
+    out += ["## Plots", ""]
+    reasons = plot_availability(report)
+    for name, title in PLOT_TITLES.items():
+        if name in plots:
+            out += [f"### {title}", "", f"![{title}]({_link(plots[name], relative_to)})", ""]
+        else:
+            out += [f"### {title}", "", f"Not drawn: {reasons.get(name) or 'not rendered'}.", ""]
+
+    if report.decisions:
+        out += ["## Decisions", ""] + [f"{i}. {_cell(d)}" for i, d in enumerate(report.decisions, 1)] + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _per_load(report: RunReport) -> list[str]:
+    """One table per load level: the served figures and the server-side breakdown."""
+    measured = [c for c in report.candidates if c.latency]
+    if not measured:
+        return []
+    out = ["## Latency per load level", ""]
+    n_loads = max(len(c.latency) for c in measured)
+    for index in range(n_loads):
+        present = [(c, c.latency[index]) for c in measured if index < len(c.latency)]
+        out += [f"### {present[0][1].load.label()}", ""]
+        rows: list[list[object]] = []
+        for c, s in present:
+            server = s.server
+            breakdown = (
+                f"queue {server.queue_ms:.2f} / infer {server.compute_infer_ms:.2f}"
+                + (f" / batch {server.success_count / server.execution_count:.2f}" if server.execution_count else "")
+                if server else "-"
+            )
+            lag = [w.send_lag_p99_ms for w in s.windows if w.send_lag_p99_ms is not None]
+            rows.append([
+                c.id, len(s.windows), "yes" if s.stable else "no", fmt_interval(s.p50_ms), fmt_interval(s.p90_ms),
+                fmt_interval(s.p99_ms), fmt_interval(s.throughput), s.errors, breakdown,
+                "-" if s.rate_held is None else ("yes" if s.rate_held else f"NO (send lag p99 {fmt_ms(max(lag)) if lag else '?'} ms)"),
+            ])
+        out += _table(["id", "windows", "stable", "p50 ms", "p90 ms", "p99 ms", "throughput/s", "errors",
+                       "server ms (mean)", "rate held"], rows)
+    return out
+

@@ -1,0 +1,82 @@
+"""``gpt-triton routes MODEL [--spec SPEC]``: every family, its knobs, and how many routes each mode plans."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpt_triton.model_info import inspect_model
+from gpt_triton.spec import load_spec
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "routes", help="list route families, knobs, defaults and search sizes for a model",
+        description="List every route family (available here or why not), its knobs with allowed values and "
+        "defaults, and the number of routes each search mode would plan for MODEL and SPEC.",
+    )
+    parser.add_argument("model", help="the ONNX model")
+    parser.add_argument("--spec", help="tuning spec (YAML); default: built-in defaults")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON instead")
+    parser.set_defaults(func=run)
+
+
+def _value(value: Any) -> str:
+    return escape(value if isinstance(value, str) else json.dumps(value))  # "[4, 8]" is not rich markup
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpt_triton.routes import family_table
+    from gpt_triton.search import CandidateSearch
+
+    model = inspect_model(args.model)
+    spec = load_spec(args.spec)
+    rows = family_table(model, spec)
+    counts = CandidateSearch(spec, model).plan_counts()
+    if args.json:
+        print(json.dumps({"families": rows, "search": counts}, indent=2))
+        return 0
+    # Wide enough for the help column when piped (rich would otherwise fold to 80 columns).
+    console = Console(width=None if sys.stdout.isatty() else 180)
+    table = Table(title=f"Route families for {model.name}")
+    for column in ("family", "kind", "available", "knob", "values", "default", "routes", "help"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        status = "yes" if row["available"] else "no (see below)"
+        if not row["enabled"]:
+            status += " (disabled by spec)"
+        routes = ", ".join(f"{k} {v}" for k, v in row["counts"].items()) or "-"
+        knobs = row["knobs"] or [{"name": "-", "values": [], "default": "-", "help": ""}]
+        for i, knob in enumerate(knobs):
+            first = i == 0
+            table.add_row(
+                row["name"] if first else "", row["kind"] if first else "", status if first else "",
+                knob["name"], ", ".join(_value(v) for v in knob["values"]), _value(knob["default"]),
+                routes if first else "", escape(knob["help"]),
+            )
+    console.print(table)
+    for row in rows:  # reasons as plain lines: a table cell would fold them
+        if not row["available"]:
+            console.print(f"{row['name']} is unavailable here: {row['reason']}", soft_wrap=True, highlight=False, markup=False)
+    modes = Table(title=f"Routes per search mode (max_builds={counts['max_builds']})")
+    modes.add_column("mode")
+    modes.add_column("routes planned")
+    modes.add_column("note")
+    notes = {
+        "fast": "baseline + each family's start + one knob at a time",
+        "full": "cartesian product per family (capped at max_builds)",
+        "mixed": "the fast set, then the product of winning values after feedback",
+        "random": "seeded random routes + baseline",
+    }
+    for mode, count in counts["modes"].items():
+        capped = min(count, counts["max_builds"])
+        shown = f"{capped}" + (f" of {count}" if capped < count else "")
+        modes.add_row(mode, shown + (" (+ refinement)" if mode == "mixed" else ""), notes[mode])
+    console.print(modes)
+    return 0

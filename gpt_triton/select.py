@@ -1,0 +1,164 @@
+"""Selection: the objective, ties within the noise, and the re-measured gain with its interval.
+
+Unlike TensorRT's tuner (strict less-than on one mean, no noise margin), the winner is the best point
+estimate only when its confidence interval separates it from the rest. Candidates whose objective
+intervals overlap the best one are a *tie*; a tie is broken by the larger accuracy margin, then the
+lower build cost, then the point estimate - so a rewrite that is not measurably faster does not win
+over a more exact or cheaper candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from gpt_triton.measure.records import Interval, LatencyStats
+from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
+from gpt_triton.records import Candidate, Gain
+from gpt_triton.spec import ObjectiveSpec
+
+if TYPE_CHECKING:
+    from gpt_triton.measure.harness import RemeasureResult
+
+
+class Selection(BaseModel):
+    winner_id: str | None = None
+    runner_up_id: str | None = None
+    ties: list[str] = Field(default_factory=list)  # overlapping the best candidate's interval (winner excluded)
+    log: list[str] = Field(default_factory=list)
+    values: dict[str, float] = Field(default_factory=dict)  # objective point values (lower is better)
+    # What selection believed: objective(baseline) / objective(winner) from the selection windows.
+    estimate_ratio: float | None = None
+
+
+def _feasible_throughput(stats_list: list[LatencyStats], objective: ObjectiveSpec) -> LatencyStats | None:
+    index = objective.load_index
+    pool = [stats_list[index]] if stats_list[index].load.kind == "concurrency" else [
+        s for s in stats_list if s.load.kind != "concurrency"]  # rate profiles: the highest one held
+    feasible = [
+        s for s in pool
+        if s.throughput is not None and s.p99_ms is not None and s.errors == 0 and s.rate_held is not False
+        and (objective.slo_p99_ms is None or s.p99_ms.value <= objective.slo_p99_ms)
+    ]
+    return max(feasible, key=lambda s: s.throughput.value if s.throughput else 0.0, default=None)
+
+
+def objective_interval(stats_list: list[LatencyStats], objective: ObjectiveSpec) -> Interval | None:
+    """The objective as an interval, lower is better (throughput negated); None if infeasible/missing."""
+    if objective.load_index >= len(stats_list):
+        return None
+    if objective.metric == "throughput":
+        best = _feasible_throughput(stats_list, objective)
+        if best is None or best.throughput is None:
+            return None
+        tp = best.throughput
+        return Interval(value=-tp.value, low=-tp.high, high=-tp.low, level=tp.level)
+    stats = stats_list[objective.load_index]
+    if stats.errors:
+        return None  # a candidate that drops requests under the load is not a contender
+    interval: Interval | None = getattr(stats, f"{objective.metric}_ms")
+    return interval
+
+
+def objective_value(stats_list: list[LatencyStats], objective: ObjectiveSpec) -> float | None:
+    """Lower is better (throughput negated); None if infeasible (SLO violated, errors, not measured)."""
+    interval = objective_interval(stats_list, objective)
+    return None if interval is None else interval.value
+
+
+def _margin(candidate: Candidate) -> float:
+    return candidate.accuracy.min_margin if candidate.accuracy is not None else float("-inf")
+
+
+def select(
+    candidates: Sequence[Candidate],
+    objective: ObjectiveSpec,
+    eligible: Callable[[Candidate], tuple[bool, str]],
+) -> Selection:
+    out = Selection()
+    pool: list[tuple[Candidate, Interval]] = []
+    for cand in candidates:
+        if cand.status != "measured":
+            out.log.append(f"{cand.id}: not considered (status {cand.status})")
+            continue
+        ok, why = eligible(cand)
+        if not ok:
+            out.log.append(f"{cand.id}: not eligible ({why})")
+            continue
+        interval = objective_interval(cand.latency, objective)
+        if interval is None:
+            out.log.append(f"{cand.id}: infeasible for objective {objective.metric} (SLO, errors or no data)")
+            continue
+        pool.append((cand, interval))
+        out.values[cand.id] = interval.value
+    if not pool:
+        out.log.append("no eligible measured candidate: nothing selected")
+        return out
+    pool.sort(key=lambda item: item[1].value)
+    best, best_iv = pool[0]
+    tied = [(c, iv) for c, iv in pool if overlaps(iv, best_iv)]
+    unit = "req/s (negated)" if objective.metric == "throughput" else "ms"
+    out.log.append(
+        f"best point estimate {best.id}: {objective.metric} {best_iv.value:.4g} {unit} "
+        f"[{best_iv.low:.4g}, {best_iv.high:.4g}]"
+    )
+    if len(tied) > 1:
+        # Within the noise: prefer the larger accuracy margin, then the cheaper build, then speed.
+        tied.sort(key=lambda item: (-_margin(item[0]), item[0].build.seconds, item[1].value))
+        out.log.append(
+            "tie within the noise among " + ", ".join(
+                f"{c.id} {iv.value:.4g} [{iv.low:.4g}, {iv.high:.4g}] margin {_margin(c):.3g} build {c.build.seconds:.1f}s"
+                for c, iv in tied)
+            + f" -> {tied[0][0].id} (larger accuracy margin, then lower build cost)"
+        )
+    winner = tied[0][0]
+    out.winner_id = winner.id
+    out.ties = [c.id for c, _ in tied if c.id != winner.id]
+    rest = [c for c, _ in pool if c.id != winner.id]
+    out.runner_up_id = rest[0].id if rest else None
+    baseline = next((c for c, _ in pool if c.is_baseline), None)
+    if baseline is not None and out.values[winner.id] != 0.0:
+        out.estimate_ratio = out.values[baseline.id] / out.values[winner.id]
+        if objective.metric == "throughput":
+            out.estimate_ratio = 1.0 / out.estimate_ratio  # keep ">1: winner better"; both negated
+    out.log.append(f"selected {winner.id}" + (f", runner-up {out.runner_up_id}" if out.runner_up_id else ""))
+    return out
+
+
+def gain(
+    baseline: RemeasureResult,
+    winner: RemeasureResult,
+    objective: ObjectiveSpec,
+    level: float = 0.95,
+    resamples: int = 2000,
+    selection_estimate_ratio: float | None = None,
+) -> Gain:
+    """The re-measured gain (>1: the winner is better) with a bootstrap interval over the separate run
+    (two-stage over windows when each side has at least 3, so drift between windows counts).
+
+    ``significant`` is True only when the interval lies entirely above 1.0 - a winner measurably
+    *slower* than the baseline is not a significant gain.
+    """
+    if objective.metric == "throughput":
+        b_tp = [w.throughput for w in baseline.stats.windows]
+        w_tp = [w.throughput for w in winner.stats.windows]
+        ratio = ratio_interval(w_tp, b_tp, "mean", level, resamples)  # winner / baseline
+        metric, fn = "throughput", statistic_fn("p99")
+    else:
+        if len(baseline.window_latencies_ms) >= 3 and len(winner.window_latencies_ms) >= 3:
+            ratio = window_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
+                                          objective.metric, level, resamples)
+        else:
+            ratio = ratio_interval(baseline.latencies_ms, winner.latencies_ms, objective.metric, level, resamples)
+        metric, fn = objective.metric, statistic_fn(objective.metric)
+
+    def point(samples: np.ndarray) -> float:
+        return float(fn(samples, axis=-1)) if samples.size else 0.0
+
+    return Gain(
+        metric=metric, ratio=ratio, winner_ms=point(winner.latencies_ms), baseline_ms=point(baseline.latencies_ms),
+        selection_estimate_ratio=selection_estimate_ratio, significant=ratio.low > 1.0,
+    )

@@ -1,0 +1,195 @@
+"""config.pbtxt rendering and version files (no server): parse the text back and check the fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from gpt_triton.deploy import (
+    RUNTIME_FILE,
+    choose_backend,
+    default_max_batch_size,
+    model_config,
+    parse_config,
+    write_model,
+)
+from gpt_triton.errors import GptTritonError
+from gpt_triton.model_info import ModelInfo, TensorInfo, inspect_model, resolve_shapes
+from gpt_triton.routes._base import Artifact, Route, Runtime
+
+ALL_NATIVE = frozenset({"onnxruntime", "openvino", "tensorrt"})
+
+
+def _artifact(runtime: Runtime, options: dict[str, Any] | None = None, directory: str = "/nowhere",
+              files: list[str] | None = None) -> Artifact:
+    entry = {"onnxruntime": "model.onnx", "openvino": "model.xml", "tensorrt": "model.plan"}[runtime]
+    return Artifact(family=runtime, runtime=runtime, route=Route(family=runtime), directory=directory,
+                    files=files or [entry], runtime_options=options or {})
+
+
+def _render(info: ModelInfo, artifact: Artifact, backend: str, **knobs: Any) -> mc.ModelConfig:
+    from gpt_triton.deploy import config_text
+
+    config = model_config("m", info, resolve_shapes(info, {}), artifact, Route(family="serving", knobs=knobs), backend)
+    return parse_config(config_text(config))  # what Triton reads, not the in-memory message
+
+
+@pytest.fixture(scope="module")
+def conv_info(conv_attention_path: Path) -> ModelInfo:
+    return inspect_model(conv_attention_path)
+
+
+def _fixed_model() -> ModelInfo:
+    return ModelInfo(path="/m.onnx", name="fixed", sha256="", size_bytes=0, opset=17,
+                     inputs=[TensorInfo(name="x", dtype="float32", dims=[1, 3, "h", 8])],
+                     outputs=[TensorInfo(name="y", dtype="int64", dims=[1, 5])])
+
+
+def test_default_max_batch_size(conv_info: ModelInfo) -> None:
+    assert default_max_batch_size(conv_info) == 8
+    assert default_max_batch_size(_fixed_model()) == 0
+
+
+def test_python_config_drops_the_batch_axis_and_adds_warmup(conv_info: ModelInfo) -> None:
+    config = _render(conv_info, _artifact("onnxruntime"), "python")
+    assert config.backend == "python" and not config.platform and not config.default_model_filename
+    assert config.max_batch_size == 8
+    assert [(i.name, list(i.dims), i.data_type) for i in config.input] == [("images", [3, 64, 64], mc.TYPE_FP32)]
+    assert {o.name: list(o.dims) for o in config.output} == {"logits": [10], "embedding": [64]}
+    assert [(g.kind, g.count) for g in config.instance_group] == [(mc.ModelInstanceGroup.KIND_CPU, 1)]
+    assert not config.HasField("dynamic_batching")
+    warmup = config.model_warmup[0]
+    assert warmup.batch_size == 1 and list(warmup.inputs["images"].dims) == [3, 64, 64]
+
+
+def test_unbatched_model_keeps_full_dims_with_dynamic_as_minus_one() -> None:
+    info = _fixed_model()
+    config = model_config("m", info, {"x": [1, 3, 4, 8]}, _artifact("onnxruntime"), Route(family="serving"), "python")
+    assert config.max_batch_size == 0
+    assert list(config.input[0].dims) == [1, 3, -1, 8]
+    assert config.output[0].data_type == mc.TYPE_INT64
+    assert list(config.model_warmup[0].inputs["x"].dims) == [1, 3, 4, 8]
+
+
+def test_serving_knobs(conv_info: ModelInfo) -> None:
+    config = _render(conv_info, _artifact("onnxruntime"), "python", instance_count=3, dynamic_batching=True,
+                     max_queue_delay_us=500, preferred_batch_sizes=[2, 4], max_batch_size=4)
+    assert config.max_batch_size == 4
+    assert config.instance_group[0].count == 3
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
+
+
+@pytest.mark.parametrize(("knobs", "message"), [
+    ({"dynamic_batching": True, "max_batch_size": 0}, "dynamic_batching with max_batch_size 0"),
+    ({"preferred_batch_sizes": [16]}, "preferred_batch_sizes"),
+    ({"instance_count": 0}, "instance_count"),
+])
+def test_bad_serving_knobs_are_user_errors(conv_info: ModelInfo, knobs: dict[str, Any], message: str) -> None:
+    with pytest.raises(GptTritonError, match=message):
+        _render(conv_info, _artifact("onnxruntime"), "python", **knobs)
+
+
+def test_batching_a_model_without_batch_axis_is_refused() -> None:
+    with pytest.raises(GptTritonError, match="no dynamic batch axis"):
+        model_config("m", _fixed_model(), {"x": [1, 3, 4, 8]}, _artifact("onnxruntime"),
+                     Route(family="serving", knobs={"max_batch_size": 4}), "python")
+
+
+def test_native_onnxruntime_parameters(conv_info: ModelInfo) -> None:
+    options = {"session_options": {"graph_optimization_level": "ORT_ENABLE_EXTENDED", "intra_op_num_threads": 2,
+                                   "inter_op_num_threads": 1, "execution_mode": "ORT_PARALLEL",
+                                   "enable_cpu_mem_arena": False, "enable_mem_pattern": True}}
+    artifact = _artifact("onnxruntime", options)
+    assert choose_backend(artifact, ALL_NATIVE) == "onnxruntime"
+    config = _render(conv_info, artifact, "onnxruntime")
+    assert config.backend == "onnxruntime" and config.default_model_filename == "model.onnx"
+    assert config.optimization.graph.level == 1  # the backend's code for ORT_ENABLE_EXTENDED
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    assert params == {"intra_op_thread_count": "2", "inter_op_thread_count": "1", "execution_mode": "1",
+                      "enable_mem_arena": "0", "enable_mem_pattern": "1"}
+
+
+@pytest.mark.parametrize(("level", "code"), [("ORT_DISABLE_ALL", 2), ("ORT_ENABLE_BASIC", -1), ("ORT_ENABLE_ALL", None)])
+def test_native_onnxruntime_graph_levels(conv_info: ModelInfo, level: str, code: int | None) -> None:
+    config = _render(conv_info, _artifact("onnxruntime", {"session_options": {"graph_optimization_level": level}}),
+                     "onnxruntime")
+    assert config.HasField("optimization") == (code is not None)
+    if code is not None:
+        assert config.optimization.graph.level == code
+
+
+def test_native_openvino_parameters(conv_info: ModelInfo) -> None:
+    artifact = _artifact("openvino", {"device": "CPU", "config": {
+        "INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}})
+    assert choose_backend(artifact, ALL_NATIVE) == "openvino"
+    config = _render(conv_info, artifact, "openvino")
+    assert config.backend == "openvino" and config.default_model_filename == "model.xml"
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    assert params == {"HINT_BF16": "YES", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+
+
+def test_tensorrt_plan(conv_info: ModelInfo) -> None:
+    artifact = _artifact("tensorrt")
+    assert choose_backend(artifact, ALL_NATIVE) == "tensorrt"
+    config = _render(conv_info, artifact, "tensorrt")
+    assert config.platform == "tensorrt_plan" and not config.backend
+    assert config.default_model_filename == "model.plan"
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    with pytest.raises(GptTritonError, match="tensorrt backend"):
+        choose_backend(artifact, frozenset())
+
+
+@pytest.mark.parametrize(("artifact", "why"), [
+    (_artifact("onnxruntime"), "no native backend on the server"),
+    (_artifact("onnxruntime", {"config_entries": {"session.intra_op.allow_spinning": "0"}}), "spinning"),
+    (_artifact("openvino", {"config": {"INFERENCE_PRECISION_HINT": "f32"}}), "f32 hint"),
+])
+def test_python_adapter_where_native_cannot_be_faithful(artifact: Artifact, why: str) -> None:
+    natives = frozenset() if "no native" in why else ALL_NATIVE
+    assert choose_backend(artifact, natives) == "python", why
+
+
+def test_spinning_at_its_default_stays_native() -> None:
+    artifact = _artifact("onnxruntime", {"config_entries": {"session.intra_op.allow_spinning": "1"}})
+    assert choose_backend(artifact, ALL_NATIVE) == "onnxruntime"
+
+
+def test_write_model_python(tmp_path: Path, conv_attention_path: Path) -> None:
+    info = inspect_model(conv_attention_path)
+    options = {"session_options": {"intra_op_num_threads": 1}}
+    artifact = _artifact("onnxruntime", options, directory=str(conv_attention_path.parent))
+    deploy = write_model(tmp_path, "cand", info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python")
+    assert deploy.model_name == "cand" and deploy.adapter and deploy.backend == "python"
+    assert (tmp_path / "cand" / "config.pbtxt").read_text() == deploy.config_pbtxt
+    version = tmp_path / "cand" / "1"
+    assert sorted(p.name for p in version.iterdir()) == sorted(["__pycache__", "model.onnx", "model.py", RUNTIME_FILE])
+    assert (version / "model.onnx").read_bytes() == conv_attention_path.read_bytes()
+    import json
+
+    assert json.loads((version / RUNTIME_FILE).read_text()) == {
+        "runtime": "onnxruntime", "entry": "model.onnx", "runtime_options": options}
+    # Rewriting replaces the model (here as version 2 only) and leaves no staging directory.
+    write_model(tmp_path, "cand", info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python", version=2)
+    assert sorted(p.name for p in (tmp_path / "cand").iterdir()) == ["2", "config.pbtxt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cand"]
+
+
+def test_write_model_native_has_no_adapter(tmp_path: Path, conv_attention_path: Path) -> None:
+    info = inspect_model(conv_attention_path)
+    artifact = _artifact("onnxruntime", directory=str(conv_attention_path.parent))
+    deploy = write_model(tmp_path, "native", info, resolve_shapes(info, {}), artifact, Route(family="serving"),
+                         "onnxruntime")
+    assert not deploy.adapter
+    assert [p.name for p in (tmp_path / "native" / "1").iterdir()] == ["model.onnx"]
+
+
+def test_missing_artifact_file_leaves_nothing_behind(tmp_path: Path, conv_attention_path: Path) -> None:
+    info = inspect_model(conv_attention_path)
+    artifact = _artifact("openvino", directory=str(tmp_path / "missing"), files=["model.xml", "model.bin"])
+    with pytest.raises(GptTritonError, match="artifact file .*model.xml is missing"):
+        write_model(tmp_path / "repo", "cand", info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python")
+    assert list((tmp_path / "repo").iterdir()) == []

@@ -1,0 +1,96 @@
+"""Interleaving, racing, dedupe and re-measure against a real Triton (python models with known costs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpt_triton.measure.harness import Measurer, dedupe_key
+from gpt_triton.records import Candidate, DeployInfo
+from gpt_triton.routes._base import Artifact, Route
+from gpt_triton.select import gain, select
+from gpt_triton.server import EmbeddedTriton
+from gpt_triton.spec import MeasureSpec, ObjectiveSpec
+
+
+def cand(cid: str, model: str, sha: str | None = None, threads: int = 0) -> Candidate:
+    route = Route(family="onnxruntime", knobs={"threads": threads})
+    art = Artifact(family="onnxruntime", runtime="onnxruntime", route=route, directory="/nonexistent",
+                   files=["model.onnx"], runtime_options={"session_options": {"intra_op_num_threads": threads}},
+                   sha256=sha or f"sha-{cid}")
+    return Candidate(id=cid, family="onnxruntime", route=route, serving=Route(family="serving"), status="deployed",
+                     artifact=art, deploy=DeployInfo(model_name=model, backend="python", adapter=True))
+
+
+def spec(**kw: object) -> MeasureSpec:
+    base: dict[str, object] = dict(warmup_s=0.1, window_s=0.3, window_min_requests=5, min_windows=3, max_windows=6,
+                                   bootstrap_resamples=300, remeasure_windows=3)
+    base.update(kw)
+    return MeasureSpec.model_validate(base)
+
+
+@pytest.mark.slow
+def test_racing_drops_the_slow_candidate_only_after_its_min_windows(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow30")
+    messages: list[str] = []
+    m = Measurer(delay_models.grpc_url, requests_x, spec(), ObjectiveSpec(metric="p50"), progress=messages.append)
+    log = m.measure([fast, slow])
+    assert fast.status == slow.status == "measured"
+    assert slow.reason is not None and "dropped by racing" in slow.reason
+    assert fast.reason is None
+    assert len(slow.latency[0].windows) == 3  # exactly min_windows: no pruning before, dropped right after
+    assert any(line.startswith("racing: dropped slow") and "leader fast" in line for line in log)
+    # round robin: A, B, A, B, A, B before any decision
+    assert [cid for cid, _ in m.window_order[:6]] == ["fast", "slow"] * 3
+    assert fast.latency[0].p50_ms is not None and slow.latency[0].p50_ms is not None
+    assert slow.latency[0].p50_ms.low > 25 > fast.latency[0].p50_ms.high
+    assert messages  # progress reported
+    chosen = select([fast, slow], ObjectiveSpec(metric="p50"), lambda c: (True, ""))
+    assert chosen.winner_id == "fast" and chosen.ties == []
+
+
+@pytest.mark.slow
+def test_without_racing_every_candidate_gets_its_windows(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow20")
+    m = Measurer(delay_models.grpc_url, requests_x, spec(racing=False, max_windows=3), ObjectiveSpec(metric="p99"))
+    m.measure([fast, slow])
+    assert slow.reason is None and len(slow.latency[0].windows) == 3 and len(fast.latency[0].windows) == 3
+
+
+@pytest.mark.slow
+def test_duplicates_are_measured_once_and_missing_models_fail(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    a = cand("a", "measure_fast", sha="same")
+    b = cand("b", "measure_fast_b", sha="same")  # same artifact/options/serving: never driven
+    missing = cand("missing", "no_such_model")
+    assert dedupe_key(a) == dedupe_key(b) != dedupe_key(cand("c", "measure_fast", sha="same", threads=2))
+    m = Measurer(delay_models.grpc_url, requests_x, spec(racing=False, max_windows=3), ObjectiveSpec())
+    log = m.measure([a, b, missing])
+    assert {cid for cid, _ in m.window_order} == {"a"}
+    assert any("b: same artifact" in line and "measured once" in line for line in log)
+    assert b.status == "measured" and b.latency[0].p99_ms == a.latency[0].p99_ms
+    assert b.latency[0] is not a.latency[0]  # copied, not shared
+    assert missing.status == "failed" and missing.reason and "no_such_model" in missing.reason
+
+
+@pytest.mark.slow
+def test_remeasure_interleaves_and_the_gain_is_significant(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    base, win = cand("base", "measure_slow20"), cand("win", "measure_fast")
+    base.is_baseline = True
+    objective = ObjectiveSpec(metric="p50")
+    m = Measurer(delay_models.grpc_url, requests_x, spec(), objective)
+    results = m.remeasure([base, win])
+    assert [cid for cid, _ in m.window_order] == ["base", "win"] * 3
+    assert len(results["base"].stats.windows) == 3 and results["win"].latencies_ms.size > 50
+    g = gain(results["base"], results["win"], objective, 0.95, 500, selection_estimate_ratio=20.0)
+    assert g.significant and g.ratio.low > 5 and g.baseline_ms > 19 > g.winner_ms
+    assert g.selection_estimate_ratio == 20.0
+
+
+@pytest.mark.slow
+def test_throughput_objective_with_an_slo(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow20")
+    objective = ObjectiveSpec(metric="throughput", slo_p99_ms=10.0)
+    m = Measurer(delay_models.grpc_url, requests_x, spec(max_windows=4), objective)
+    m.measure([fast, slow])
+    assert slow.reason is not None and "SLO" in slow.reason  # p99 ~20 ms can never meet 10 ms
+    chosen = select([fast, slow], objective, lambda c: (True, ""))
+    assert chosen.winner_id == "fast" and chosen.values["fast"] < 0

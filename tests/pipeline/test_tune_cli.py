@@ -1,0 +1,163 @@
+"""`gpt-triton tune` end to end on the embedded Triton, and its bad-input contract.
+
+The end-to-end test runs every stage for real: ONNX Runtime and OpenVINO builds in child processes,
+a real tritonserver, tritonclient load, held-out acceptance, promotion into a repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import yaml
+
+from gpt_triton.cli import main
+from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
+
+FAST_SPEC = {
+    "search": {"mode": "fast", "max_builds": 8, "build_timeout_s": 120},
+    "families": {
+        "onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "intra_op_threads": 0,
+                                  "inter_op_threads": 0, "execution_mode": "sequential", "enable_mem_arena": True,
+                                  "enable_mem_pattern": True, "precision": ["fp32", "int8_dynamic"],
+                                  "allow_spinning": [True, False]}},
+        "openvino": {"knobs": {"inference_precision": "f32", "performance_hint": "LATENCY", "num_streams": 1,
+                               "static_shape": False, "quantization": "none"}},
+        "graph": {"enabled": False},
+        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}},
+    },
+    "measure": {"window_s": 0.4, "window_min_requests": 20, "min_windows": 3, "max_windows": 5, "warmup_s": 0.2,
+                "remeasure_windows": 4, "bootstrap_resamples": 500},
+    "accuracy": {"synthetic_requests": 24, "default": {"max_abs": 0.5, "max_rel": 10.0}},
+}
+
+
+def _tritonserver_pids() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "tritonserver"}
+
+
+@pytest.fixture()
+def spec_file(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(FAST_SPEC))
+    return path
+
+
+@pytest.mark.slow
+def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -> None:
+    model = build_conv_attention(tmp_path / "conv_attention.onnx")
+    repo, out = tmp_path / "repo", tmp_path / "run"
+    before = _tritonserver_pids()
+    code = main(["tune", str(model), "--spec", str(spec_file), "--repository", str(repo), "--out", str(out)])
+    assert code == 0
+    assert _tritonserver_pids() <= before, "the embedded Triton must be stopped at the end"
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "done"
+    statuses = {c["id"]: c["status"] for c in report["candidates"]}
+    assert len(statuses) >= 4
+    assert report["baseline_id"] in statuses and statuses[report["baseline_id"]] == "measured"
+    families = {c["family"] for c in report["candidates"]}
+    assert {"onnxruntime", "openvino"} <= families
+    for c in report["candidates"]:
+        if c["status"] == "measured":
+            stats = c["latency"][0]
+            assert stats["p99_ms"]["low"] <= stats["p99_ms"]["value"] <= stats["p99_ms"]["high"]
+            assert c["deploy"]["backend"] == "python" and c["deploy"]["adapter"] is True
+    assert report["reference"]["synthetic"] is True
+    assert report["heldout"] is not None and report["heldout"]["split"] == "heldout"
+    assert report["triton_version"].startswith("2.51")
+    version_dir = repo / "conv_attention" / str(report["promoted_version"])
+    assert (version_dir / "provenance.json").is_file()
+    assert (repo / "conv_attention" / "config.pbtxt").is_file()
+    provenance = json.loads((version_dir / "provenance.json").read_text())
+    assert provenance["model_sha256"] == report["model"]["sha256"]
+    assert any("held-out" in d for d in report["decisions"])
+
+
+def _run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_missing_model_file(tmp_path: Path) -> None:
+    _assert_one_line_error(_run_cli("tune", str(tmp_path / "nope.onnx"), "--repository", str(tmp_path / "r"), cwd=tmp_path),
+                           "not found", "nope.onnx")
+    assert not (tmp_path / "r").exists()
+
+
+def test_not_an_onnx_model(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not a protobuf \x00\x01\x02" * 10)
+    _assert_one_line_error(_run_cli("tune", str(bad), "--repository", str(tmp_path / "r"), cwd=tmp_path), "bad.onnx")
+    assert not (tmp_path / "r").exists()
+
+
+def test_dynamic_dims_need_a_shape_hint(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "length"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "length"])])
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    _assert_one_line_error(_run_cli("tune", str(path), "--repository", str(tmp_path / "r"), cwd=tmp_path),
+                           "'x'", "--shape x=")
+
+
+def test_reference_with_wrong_shape(tmp_path: Path) -> None:
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    ref = tmp_path / "ref.npz"
+    np.savez(ref, x=np.zeros((4, 1, 7), np.float32))
+    _assert_one_line_error(_run_cli("tune", str(model), "--reference", str(ref), "--repository", str(tmp_path / "r"),
+                                    cwd=tmp_path), "x")
+    assert not (tmp_path / "r").exists()
+
+
+def test_unreachable_triton_url(tmp_path: Path) -> None:
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = _run_cli("tune", str(model), "--triton-url", f"127.0.0.1:{port}", "--repository", str(tmp_path / "r"),
+                      "--out", str(tmp_path / "run"), cwd=tmp_path)
+    _assert_one_line_error(result, f"127.0.0.1:{port}")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; permissions cannot make a directory unwritable")
+def test_unwritable_repository(tmp_path: Path) -> None:
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    _assert_one_line_error(_run_cli("tune", str(model), "--repository", str(locked / "repo"), cwd=tmp_path), "not writable")
+
+
+def test_repository_that_is_a_file(tmp_path: Path) -> None:
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    blocker = tmp_path / "repo"
+    blocker.write_text("a file where the repository should be")
+    _assert_one_line_error(_run_cli("tune", str(model), "--repository", str(blocker / "sub"), cwd=tmp_path), "not writable")
+
+
+def test_bad_spec(tmp_path: Path) -> None:
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("search:\n  mode: sideways\n")
+    _assert_one_line_error(_run_cli("tune", str(model), "--spec", str(spec), cwd=tmp_path), "search.mode")

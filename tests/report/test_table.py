@@ -1,0 +1,160 @@
+"""Terminal summary table, verdict panel and per-family summary."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from gpt_triton.measure.records import Interval
+from gpt_triton.records import Gain, RunReport
+from gpt_triton.report import per_family_summary, print_summary, summary_table, verdict_lines
+from gpt_triton.report.table import break_even_inferences, fmt_ms, objective_value
+
+from .conftest import LOADS, candidate, make_report
+
+
+def _column(table, header: str) -> list[str]:  # type: ignore[no-untyped-def]
+    col = next(c for c in table.columns if c.header == header)
+    return [str(cell) for cell in col._cells]
+
+
+def _render(report: RunReport, width: int = 220) -> str:
+    buffer = io.StringIO()
+    print_summary(report, Console(file=buffer, width=width, color_system=None))
+    return buffer.getvalue()
+
+
+def test_one_row_per_candidate_with_statuses_and_marks(report: RunReport) -> None:
+    table = summary_table(report)
+    assert table.row_count == len(report.candidates)
+    assert _column(table, "id") == [c.id for c in report.candidates]
+    assert _column(table, "status") == [c.status for c in report.candidates]
+    marks = dict(zip(_column(table, "id"), _column(table, ""), strict=True))
+    assert marks["c05"] == "★" and marks["c00"] == "B"
+    assert all(m == "" for cid, m in marks.items() if cid not in ("c05", "c00"))
+
+
+def test_failed_rows_show_reason_and_no_numbers(report: RunReport) -> None:
+    table = summary_table(report)
+    routes = dict(zip(_column(table, "id"), _column(table, "route"), strict=True))
+    p99 = dict(zip(_column(table, "id"), _column(table, "p99 ms"), strict=True))
+    for c in report.candidates:
+        if c.status in ("crashed", "infeasible"):
+            assert c.reason and c.reason in routes[c.id]
+            assert p99[c.id] == "-"
+        else:
+            assert c.reason is None or c.reason not in routes[c.id]
+    # The measured p99 cell carries the value and its interval from the objective's load level.
+    c01 = report.candidate("c01").latency[0].p99_ms
+    assert c01 is not None and p99["c01"] == f"{fmt_ms(c01.value)} [{fmt_ms(c01.low)}–{fmt_ms(c01.high)}]"
+
+
+def test_accuracy_failure_is_visible(report: RunReport) -> None:
+    accuracy = dict(zip(_column(summary_table(report), "id"), _column(summary_table(report), "accuracy"), strict=True))
+    assert accuracy["c02"].startswith("FAIL 7/45")
+    assert accuracy["c05"].startswith("m=")
+
+
+def test_selected_but_unconfirmed_pick_is_marked() -> None:
+    report = make_report(winner_id="c00", selected_id="c04",
+                         gain=Gain(metric="p99", ratio=Interval(value=1.03, low=0.97, high=1.09), winner_ms=6.2,
+                                   baseline_ms=6.4, selection_estimate_ratio=1.4, significant=False))
+    marks = dict(zip(_column(summary_table(report), "id"), _column(summary_table(report), ""), strict=True))
+    assert marks["c00"] == "★B" and marks["c04"] == "s"
+    text = dict(verdict_lines(report))
+    assert text["decision"].startswith("promoted the baseline") and "c04" in text["decision"]
+
+
+def test_verdict_panel_contents(report: RunReport) -> None:
+    out = _render(report)
+    assert "ratio 2.210 [2.020, 2.400]" in out
+    assert "significant" in out and "PASS: 0/19" in out and "version 3" in out
+    # break-even: 412 s / ((6.4 - 2.9) ms per inference) = 117,714 inferences.
+    need = break_even_inferences(report)
+    assert need == pytest.approx(412.0 / 0.0035)
+    assert "118k inferences" in out
+
+
+def test_verdict_without_gain_or_promotion_and_failed_run() -> None:
+    report = make_report(gain=None, heldout=None, promoted_version=None, status="failed", error="Triton died")
+    text = dict(verdict_lines(report))
+    assert text["run"] == "FAILED: Triton died"
+    assert text["re-measured gain"] == "not measured" and text["held-out"] == "not checked"
+    assert text["promoted"] == "nothing promoted" and "break-even" not in text
+    assert break_even_inferences(report) is None
+
+
+def test_break_even_never_when_winner_is_slower() -> None:
+    report = make_report(gain=Gain(metric="p99", ratio=Interval(value=0.9, low=0.8, high=1.0), winner_ms=7.0,
+                                   baseline_ms=6.4, significant=False))
+    assert break_even_inferences(report) is None
+    assert dict(verdict_lines(report))["break-even"].startswith("never")
+
+
+def test_per_family_picks_best_eligible(report: RunReport) -> None:
+    rows = per_family_summary(report)
+    families = {r["family"]: r for r in rows if r["kind"] == "family"}
+    assert set(families) == {"ort", "openvino", "tensorrt"}
+    # c02 is the fastest ort candidate but failed accuracy: c01 is the family's best.
+    assert families["ort"]["best_id"] == "c01" and families["ort"]["eligible"] == 2
+    assert families["openvino"]["best_id"] == "c05"
+    assert families["tensorrt"]["best_id"] is None and families["tensorrt"]["failed"] == 1
+    for fam, row in families.items():
+        if row["best_id"]:
+            members = [c for c in report.candidates
+                       if c.family == fam and c.status == "measured" and c.accuracy and c.accuracy.passed]
+            assert row["best_value"] == min(objective_value(report, c) or float("inf") for c in members)
+    union = rows[-1]
+    assert union["kind"] == "union" and union["winner_id"] == "c05" and union["best_single_id"] == "c05"
+    assert union["runner_up_family"] == "ort" and union["runner_up_id"] == "c01"
+    assert union["vs_runner_up"] == pytest.approx(families["ort"]["best_value"] / families["openvino"]["best_value"])
+
+
+def test_per_family_throughput_objective_prefers_higher() -> None:
+    report = make_report(spec={"objective": {"metric": "throughput", "load_index": 1}})
+    rows = {r["family"]: r for r in per_family_summary(report) if r["kind"] == "family"}
+    ov = [c for c in report.candidates if c.family == "openvino" and c.status == "measured"]
+    best = max(ov, key=lambda c: c.latency[1].throughput.value)  # type: ignore[union-attr]
+    assert rows["openvino"]["best_id"] == best.id
+    assert rows["openvino"]["vs_baseline"] > 1.0
+
+
+def test_every_candidate_crashed_renders() -> None:
+    cands = [candidate(f"x{i}", "ort", {"level": i}, "crashed", reason=f"signal {i}") for i in range(3)]
+    report = make_report(candidates=cands, winner_id=None, selected_id=None, baseline_id=None, gain=None,
+                         heldout=None, promoted_version=None, status="failed", error="every candidate crashed")
+    out = _render(report)
+    assert "signal 2" in out and "every candidate crashed" in out
+    rows = per_family_summary(report)
+    assert rows[0]["best_id"] is None and rows[-1]["winner_id"] is None
+
+
+def test_one_load_level_serves_any_load_index() -> None:
+    cands = [candidate("a", "ort", {}, "measured", base_ms=2.0, loads=LOADS[:1], baseline=True),
+             candidate("b", "ort", {"x": 1}, "measured", base_ms=1.0, loads=LOADS[:1])]
+    report = make_report(candidates=cands, baseline_id="a", winner_id="b", selected_id="b",
+                         spec={"objective": {"metric": "p50", "load_index": 1}})
+    assert objective_value(report, report.candidate("b")) is not None
+    assert per_family_summary(report)[0]["best_id"] == "b"
+
+
+@pytest.mark.parametrize("width", [100, 120, 200])
+def test_table_is_not_cropped_on_common_terminal_widths(report: RunReport, width: int) -> None:
+    out = _render(report, width=width)
+    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table_lines
+    # rich crops a table wider than the console: its right border would then be missing.
+    assert all(line.rstrip()[-1] in "┓┃┩│┘" for line in table_lines)
+    assert "★" in out and "SIGSEGV" in out
+
+
+def test_per_family_follows_the_runs_accuracy_policy() -> None:
+    # The run demanded a 0.5 margin: c05 (margin 0.3) passed its tolerances but was not eligible.
+    report = make_report(spec={"objective": {"metric": "p99"}, "accuracy": {"min_margin": 0.5}})
+    families = {r["family"]: r for r in per_family_summary(report) if r["kind"] == "family"}
+    assert families["openvino"]["best_id"] == "c04" and families["openvino"]["eligible"] == 2
+    accuracy = dict(zip(_column(summary_table(report), "id"), _column(summary_table(report), "accuracy"), strict=True))
+    assert "ineligible" in accuracy["c05"] and "0.5" in accuracy["c05"]
+    assert "ineligible" not in accuracy["c04"]

@@ -1,0 +1,132 @@
+"""The conformance suite every route family passes. A family's test class subclasses FamilyConformance.
+
+Subclasses set ``family`` (an instance), ``model_builder`` (one of gpt_triton.testing.models' builders)
+and ``non_default`` (knob changes for a second, non-default route). Builds run in-process here: the
+contract is the family's; isolation is tested in tests/test_build.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
+from gpt_triton.routes import Artifact, BuildContext, Route, RouteFamily
+from gpt_triton.routes._common import files_sha256
+from gpt_triton.testing.models import build_tiny_mlp
+
+
+def make_inputs(model: ModelInfo, shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {t.name: rng.random(shapes[t.name], dtype=np.float32).astype(t.dtype) for t in model.inputs}
+
+
+def write_calibration(model: ModelInfo, shapes: dict[str, list[int]], path: Path, count: int = 8) -> Path:
+    """Tuning-split inputs stacked on a new leading axis, as the accuracy stage saves them."""
+    feeds = [make_inputs(model, shapes, seed=i) for i in range(count)]
+    np.savez(path, **{t.name: np.stack([f[t.name] for f in feeds]) for t in model.inputs})
+    return path
+
+
+def run_artifact(artifact: Artifact, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Open an artifact the way deploy does (files + runtime_options) and run one request."""
+    entry = str(Path(artifact.directory) / artifact.files[0])
+    if artifact.runtime == "onnxruntime":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        so = artifact.runtime_options.get("session_options", {})
+        if so:
+            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, so["graph_optimization_level"])
+            options.intra_op_num_threads = so["intra_op_num_threads"]
+            options.inter_op_num_threads = so["inter_op_num_threads"]
+            options.execution_mode = getattr(ort.ExecutionMode, so["execution_mode"])
+            options.enable_cpu_mem_arena = so["enable_cpu_mem_arena"]
+            options.enable_mem_pattern = so["enable_mem_pattern"]
+        for key, value in artifact.runtime_options.get("config_entries", {}).items():
+            options.add_session_config_entry(key, value)
+        session = ort.InferenceSession(entry, options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(names, feeds), strict=True))
+    if artifact.runtime == "openvino":
+        import openvino as ov
+
+        compiled = ov.Core().compile_model(entry, artifact.runtime_options["device"], artifact.runtime_options["config"])
+        result = compiled(feeds)
+        out: dict[str, np.ndarray] = {}
+        for port, value in result.items():
+            for name in port.get_names():
+                out[name] = np.asarray(value)
+        return out
+    pytest.skip(f"no runner for runtime {artifact.runtime} here")
+
+
+class FamilyConformance:
+    family: ClassVar[RouteFamily]
+    model_builder: ClassVar[Callable[..., Path]] = staticmethod(build_tiny_mlp)
+    non_default: ClassVar[dict[str, Any]] = {}
+
+    @pytest.fixture(scope="class")
+    def model(self, tmp_path_factory: pytest.TempPathFactory) -> ModelInfo:
+        path = type(self).model_builder(tmp_path_factory.mktemp("model") / "model.onnx")
+        return inspect_model(path)
+
+    @pytest.fixture(scope="class")
+    def context(self, model: ModelInfo, tmp_path_factory: pytest.TempPathFactory) -> BuildContext:
+        shapes = resolve_shapes(model, {})
+        calib = write_calibration(model, shapes, tmp_path_factory.mktemp("calib") / "tuning.npz")
+        return BuildContext(model=model, shapes=shapes, max_batch_size=8 if model.batch_dynamic else 0, calibration_npz=str(calib))
+
+    def _require_available(self) -> None:
+        available, why = self.family.availability()
+        if not available:
+            pytest.skip(why)
+
+    def test_availability_never_raises(self) -> None:
+        available, why = self.family.availability()
+        assert isinstance(available, bool)
+        assert available or why, "an unavailable family must say why"
+
+    def test_knobs_have_defaults_among_values(self, model: ModelInfo) -> None:
+        knobs = self.family.knobs(model)
+        assert knobs
+        assert len({k.name for k in knobs}) == len(knobs)
+        for knob in knobs:
+            assert knob.values, knob.name
+            assert knob.default in knob.values, f"{knob.name}: default {knob.default!r} not in {knob.values}"
+
+    def _check_artifact(self, artifact: Artifact, route: Route, context: BuildContext) -> None:
+        directory = Path(artifact.directory)
+        assert artifact.files
+        for name in artifact.files:
+            assert (directory / name).is_file(), name
+        assert artifact.sha256 == files_sha256(directory, artifact.files)
+        assert artifact.size_bytes == sum((directory / f).stat().st_size for f in artifact.files)
+        assert artifact.family == self.family.name
+        assert artifact.route == route
+        assert not list(directory.glob("*.part*")), "a temp file was left behind"
+        outputs = run_artifact(artifact, make_inputs(context.model, context.shapes))
+        batch = next(iter(context.shapes.values()))[0]
+        for tensor in context.model.outputs:
+            assert tensor.name in outputs, f"output {tensor.name} missing from {sorted(outputs)}"
+            want = [batch if (isinstance(d, str) or d < 0) else d for d in tensor.dims]
+            assert list(outputs[tensor.name].shape) == want
+            assert np.isfinite(outputs[tensor.name]).all()
+
+    def test_default_route_builds_and_runs(self, context: BuildContext, tmp_path: Path) -> None:
+        self._require_available()
+        route = self.family.default_route(context.model)
+        artifact = self.family.build(route, context, tmp_path / "out")
+        self._check_artifact(artifact, route, context)
+
+    def test_non_default_route_builds_and_runs(self, context: BuildContext, tmp_path: Path) -> None:
+        self._require_available()
+        route = self.family.default_route(context.model)
+        assert self.non_default, "the subclass must name a non-default route"
+        route = Route(family=self.family.name, knobs={**route.knobs, **self.non_default})
+        artifact = self.family.build(route, context, tmp_path / "out")
+        self._check_artifact(artifact, route, context)

@@ -1,0 +1,116 @@
+"""ONNX Runtime family: conformance, every precision route, runtime-options schema, fp16 Cast repair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from gpt_triton.errors import GptTritonError
+from gpt_triton.routes import BuildContext, OnnxRuntimeFamily, Route
+from gpt_triton.routes._onnxruntime import repair_fp16_casts
+from gpt_triton.testing.models import build_conv_attention
+
+from .conformance import FamilyConformance, make_inputs, run_artifact
+
+
+class TestOnnxRuntimeConformance(FamilyConformance):
+    family = OnnxRuntimeFamily()
+    model_builder = staticmethod(build_conv_attention)
+    non_default = {"precision": "fp16", "fp16_op_block_list": ["Resize", "Softmax"], "allow_spinning": False}
+
+    def test_runtime_options_schema(self, context: BuildContext) -> None:
+        route = Route(family="onnxruntime", knobs={"allow_spinning": False, "graph_optimization_level": "basic", "intra_op_threads": 1})
+        options = self.family.runtime_options(route, context.model)  # type: ignore[attr-defined]
+        assert options == {
+            "session_options": {
+                "graph_optimization_level": "ORT_ENABLE_BASIC", "intra_op_num_threads": 1, "inter_op_num_threads": 0,
+                "execution_mode": "ORT_SEQUENTIAL", "enable_cpu_mem_arena": True, "enable_mem_pattern": True,
+            },
+            "config_entries": {"session.intra_op.allow_spinning": "0"},
+        }
+        default = self.family.runtime_options(self.family.default_route(context.model), context.model)  # type: ignore[attr-defined]
+        assert default["session_options"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
+        assert default["config_entries"]["session.intra_op.allow_spinning"] == "1"
+
+    @pytest.mark.parametrize("knobs", [
+        {"precision": "int8_dynamic"},
+        {"precision": "int8_static", "int8_activation_type": "uint8"},
+        {"precision": "int8_static", "int8_activation_type": "int8"},
+        {"precision": "fp16"},
+        # Several blocked ops: the converter's Cast names collide on unnamed nodes unless we name them.
+        {"precision": "fp16", "fp16_op_block_list": ["Resize", "Softmax", "LayerNormalization", "ReduceMean"]},
+    ])
+    def test_precision_routes_change_files_and_stay_close(self, context: BuildContext, tmp_path: Path, knobs: dict[str, object]) -> None:
+        reference = self.family.build(self.family.default_route(context.model), context, tmp_path / "fp32")
+        artifact = self.family.build(Route(family="onnxruntime", knobs=knobs), context, tmp_path / "route")
+        assert artifact.sha256 != reference.sha256
+        feeds = make_inputs(context.model, context.shapes, seed=3)
+        want, got = run_artifact(reference, feeds), run_artifact(artifact, feeds)
+        for name, value in want.items():
+            scale = float(np.abs(value).max()) + 1e-6
+            # Reduced precision must change outputs a little, not break them (int8 on random weights: loose).
+            assert float(np.abs(got[name] - value).max()) / scale < 0.5, name
+        if knobs.get("precision") == "int8_static":
+            ops = {n.op_type for n in onnx.load(str(Path(artifact.directory) / "model.onnx")).graph.node}
+            assert "QuantizeLinear" in ops
+            assert any("int8 static QDQ" in note for note in artifact.notes)
+
+    def test_int8_static_without_calibration_names_the_problem(self, context: BuildContext, tmp_path: Path) -> None:
+        bare = context.model_copy(update={"calibration_npz": None})
+        with pytest.raises(GptTritonError, match="calibration"):
+            self.family.build(Route(family="onnxruntime", knobs={"precision": "int8_static"}), bare, tmp_path / "out")
+
+
+@pytest.mark.parametrize("mix", ["node_inputs", "graph_output"])
+def test_fp16_cast_repair_makes_a_mismatched_model_loadable(mix: str) -> None:
+    """The two mismatches fp16 conversion leaves: a node fed fp16 and fp32, and an fp16 producer of a
+    graph output declared fp32. ORT refuses both until repaired."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    half = helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16)
+    add = helper.make_node("Add", ["x16", "x"] if mix == "node_inputs" else ["x16", "x16"], ["y"])
+    model = helper.make_model(helper.make_graph([half, add], "mixed", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(Exception, match="(?i)type"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert repair_fp16_casts(model) == 1
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    result = session.run(None, {"x": data})[0]
+    assert result.dtype == np.float32
+    np.testing.assert_allclose(result, 2 * data, rtol=1e-3)
+
+
+def test_quantisation_preprocessing_degrades_gracefully(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Symbolic shape inference failing (as on real CNNs) must not fail the int8 route."""
+    import onnxruntime.quantization.shape_inference as si
+
+    from gpt_triton.routes._onnxruntime import _preprocess
+    from gpt_triton.testing.models import build_tiny_mlp
+
+    real = si.quant_pre_process
+    calls: list[bool] = []
+
+    def flaky(src: str, dst: str, skip_symbolic_shape: bool = False, **kw: object) -> None:
+        calls.append(skip_symbolic_shape)
+        if not skip_symbolic_shape:
+            raise RuntimeError("symbolic shape inference failed")
+        real(src, dst, skip_symbolic_shape=True)
+
+    monkeypatch.setattr(si, "quant_pre_process", flaky)
+    src = build_tiny_mlp(tmp_path / "m.onnx")
+    notes = _preprocess(src, tmp_path / "pre.onnx")
+    assert calls == [False, True]
+    assert notes and "without it" in notes[0]
+    onnx.checker.check_model(onnx.load(str(tmp_path / "pre.onnx")))
+
+    def broken(*args: object, **kw: object) -> None:
+        raise RuntimeError("no shapes at all")
+
+    monkeypatch.setattr(si, "quant_pre_process", broken)
+    notes = _preprocess(src, tmp_path / "pre2.onnx")
+    assert "skipped" in notes[0] and (tmp_path / "pre2.onnx").read_bytes() == src.read_bytes()

@@ -1,0 +1,153 @@
+"""The conformance suite every TritonServer implementation passes (embedded and remote subclass it).
+
+A subclass provides two fixtures: ``server`` (a started TritonServer) and ``staging`` (a directory the
+models are written to before ``server.load``). Every test starts or uses a real Triton: all are slow.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+
+from gpt_triton.deploy import write_model
+from gpt_triton.model_info import inspect_model, resolve_shapes
+from gpt_triton.routes._base import Artifact, Route, Runtime
+from gpt_triton.server import ModelLoadError, TritonServer
+
+ORT_OPTIONS: dict[str, Any] = {
+    "session_options": {"graph_optimization_level": "ORT_ENABLE_BASIC", "intra_op_num_threads": 1},
+    "config_entries": {"session.intra_op.allow_spinning": "0"},
+}
+OV_F32_OPTIONS: dict[str, Any] = {
+    "device": "CPU",
+    "config": {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"},
+}
+
+
+def artifact_for(model_path: Path, runtime: Runtime, options: dict[str, Any]) -> Artifact:
+    return Artifact(
+        family=runtime, runtime=runtime, route=Route(family=runtime), directory=str(model_path.parent),
+        files=[model_path.name], runtime_options=options,
+    )
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def deploy(
+    server: TritonServer, staging: Path, name: str, model_path: Path, artifact: Artifact, serving: Route | None = None
+) -> None:
+    info = inspect_model(model_path)
+    write_model(staging, name, info, resolve_shapes(info, {}), artifact, serving or Route(family="serving"), "python")
+    server.load(staging / name)
+
+
+def infer(client: grpcclient.InferenceServerClient, name: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    tensors = []
+    for key, value in inputs.items():
+        tensor = grpcclient.InferInput(key, list(value.shape), "FP32")
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    result = client.infer(name, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
+    return {o: result.as_numpy(o) for o in outputs}
+
+
+def reference(model_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs), strict=True))
+
+
+def _counts(client: grpcclient.InferenceServerClient, name: str) -> tuple[int, int]:
+    stats = client.get_inference_statistics(name, as_json=True)["model_stats"][0]
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+@pytest.mark.slow
+class ServerConformance:
+    @pytest.fixture
+    def server(self) -> TritonServer:
+        raise NotImplementedError("subclasses provide a started server")
+
+    @pytest.fixture
+    def staging(self, tmp_path: Path) -> Path:
+        return tmp_path / "staging"
+
+    def test_identity(self, server: TritonServer) -> None:
+        assert server.mode in ("embedded", "remote")
+        assert re.fullmatch(r"[\w.\-]+:\d+", server.grpc_url)
+        assert re.fullmatch(r"\d+\.\d+\.\d+", server.version())
+        assert server.client().is_server_live()
+        assert "python" not in server.native_backends
+
+    def test_onnxruntime_route_serves_reference_outputs(self, server: TritonServer, staging: Path, tiny_model_path: Path) -> None:
+        name = unique("ort")
+        deploy(server, staging, name, tiny_model_path, artifact_for(tiny_model_path, "onnxruntime", ORT_OPTIONS))
+        try:
+            x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+            served = infer(server.client(), name, {"x": x}, ["y"])
+            np.testing.assert_allclose(served["y"], reference(tiny_model_path, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+        finally:
+            server.unload(name)
+        assert not server.client().is_model_ready(name)
+
+    def test_openvino_route_serves_reference_outputs(self, server: TritonServer, staging: Path, conv_attention_path: Path) -> None:
+        name = unique("ov")
+        deploy(server, staging, name, conv_attention_path, artifact_for(conv_attention_path, "openvino", OV_F32_OPTIONS))
+        try:
+            images = np.random.default_rng(2).standard_normal((2, 3, 64, 64)).astype(np.float32)
+            served = infer(server.client(), name, {"images": images}, ["logits", "embedding"])
+            expected = reference(conv_attention_path, {"images": images})
+            for output in ("logits", "embedding"):
+                np.testing.assert_allclose(served[output], expected[output], rtol=1e-3, atol=1e-4)
+        finally:
+            server.unload(name)
+
+    def test_corrupt_artifact_raises_model_load_error(self, server: TritonServer, staging: Path, tmp_path: Path, tiny_model_path: Path) -> None:
+        corrupt = tmp_path / "corrupt" / "model.onnx"
+        corrupt.parent.mkdir()
+        corrupt.write_bytes(tiny_model_path.read_bytes()[: 200] + b"\x00garbage")
+        name = unique("corrupt")
+        info = inspect_model(tiny_model_path)
+        write_model(staging, name, info, resolve_shapes(info, {}), artifact_for(corrupt, "onnxruntime", {}),
+                    Route(family="serving"), "python")
+        with pytest.raises(ModelLoadError) as caught:
+            server.load(staging / name)
+        assert caught.value.model_name == name
+        assert "\n" not in str(caught.value)
+        assert "protobuf" in caught.value.reason.lower()  # ONNX Runtime's own reason reaches the caller
+        assert server.client().is_server_live() and server.client().is_server_ready()
+        # The server still loads a good model afterwards.
+        good = unique("good")
+        deploy(server, staging, good, tiny_model_path, artifact_for(tiny_model_path, "onnxruntime", {}))
+        server.unload(good)
+
+    def test_dynamic_batching_with_concurrent_requests(self, server: TritonServer, staging: Path, tiny_model_path: Path) -> None:
+        name = unique("batched")
+        serving = Route(family="serving", knobs={
+            "dynamic_batching": True, "max_queue_delay_us": 200_000, "preferred_batch_sizes": [8], "max_batch_size": 8,
+        })
+        deploy(server, staging, name, tiny_model_path, artifact_for(tiny_model_path, "onnxruntime", ORT_OPTIONS), serving)
+        try:
+            rows = np.random.default_rng(3).standard_normal((8, 1, 16)).astype(np.float32)
+            client = server.client()  # one channel shared by the threads, as the load generator does
+            before = _counts(client, name)  # the load-time warmup request is in the statistics too
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                served = list(pool.map(lambda x: infer(client, name, {"x": x}, ["y"])["y"], rows))
+            for x, y in zip(rows, served, strict=True):
+                np.testing.assert_allclose(y, reference(tiny_model_path, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+            after = _counts(client, name)
+            assert after[0] - before[0] == 8
+            # The 200 ms queue delay lets the batcher merge requests: fewer executions than requests.
+            assert after[1] - before[1] < 8
+        finally:
+            server.unload(name)

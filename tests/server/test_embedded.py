@@ -1,0 +1,147 @@
+"""EmbeddedTriton: the conformance suite plus process hygiene (no leftovers, ephemeral ports, errors)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpt_triton.deploy import write_model
+from gpt_triton.errors import GptTritonError
+from gpt_triton.model_info import inspect_model, resolve_shapes
+from gpt_triton.routes._base import Route
+from gpt_triton.server import EmbeddedTriton, TritonServer, python_backend_dir, triton_binary
+
+from .conformance import ServerConformance, artifact_for, deploy, unique
+
+
+def _process_tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _gone(processes: list[psutil.Process]) -> bool:
+    for process in processes:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class TestEmbeddedConformance(ServerConformance):
+    @pytest.fixture
+    def server(self, triton_server: EmbeddedTriton) -> TritonServer:
+        return triton_server
+
+
+def test_binary_and_backend_dir_exist(tmp_path: Path) -> None:
+    assert triton_binary().is_file()
+    backends = python_backend_dir(tmp_path / "cache")
+    assert (backends / "python" / "triton_python_backend_stub").is_file()
+    assert (backends / "python" / "libtriton_python.so").is_file()
+    assert python_backend_dir(tmp_path / "cache") == backends  # cached: the second call copies nothing
+    assert not [p for p in backends.parent.iterdir() if p.name.startswith(".backends-")]
+
+
+@pytest.mark.slow
+def test_stop_leaves_no_process_and_is_idempotent(tmp_path: Path, tiny_model_path: Path) -> None:
+    server = EmbeddedTriton(tmp_path / "repo")
+    server.start()
+    try:
+        # Load a model so a python stub process exists too: it must go with the server.
+        deploy(server, tmp_path / "staging", "tiny", tiny_model_path, artifact_for(tiny_model_path, "onnxruntime", {}))
+        tree = _process_tree(server.pid or 0)
+        assert len(tree) >= 2
+    finally:
+        server.stop()
+    assert _gone(tree)
+    server.stop()  # idempotent
+
+
+@pytest.mark.slow
+def test_exception_inside_with_stops_server(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), EmbeddedTriton(tmp_path / "repo") as server:
+        pid = server.pid or 0
+        assert psutil.pid_exists(pid)
+        raise KeyboardInterrupt  # what Ctrl-C raises inside the pipeline's `with`
+    assert not _alive(pid)
+
+
+@pytest.mark.slow
+def test_two_servers_use_distinct_ephemeral_ports(tmp_path: Path, triton_server: EmbeddedTriton) -> None:
+    with EmbeddedTriton(tmp_path / "repo") as other:
+        urls = [triton_server.grpc_url, triton_server.http_url, other.grpc_url, other.http_url]
+        ports = {int(url.rsplit(":", 1)[1]) for url in urls}
+        assert len(ports) == 4
+        assert not ports & {8000, 8001, 8002}  # never Triton's fixed defaults
+        assert other.metrics_url and other.metrics_url.startswith("http://127.0.0.1:")
+
+
+@pytest.mark.slow
+def test_failed_start_reports_the_server_reason(tmp_path: Path) -> None:
+    server = EmbeddedTriton(tmp_path / "repo", extra_args=["--model-control-mode=nonsense"])
+    started = time.monotonic()
+    with pytest.raises(GptTritonError, match="tritonserver exited during start-up: invalid argument for --model-control-mode"):
+        server.start()
+    assert time.monotonic() - started < 30
+    assert server.pid is None  # nothing left running
+    assert server.log_path is not None and "--model-control-mode" in server.log_path.read_text()  # log kept
+
+
+@pytest.mark.slow
+def test_load_from_inside_the_repository_and_unload_waits_for_the_stub(
+    triton_server: EmbeddedTriton, tiny_model_path: Path
+) -> None:
+    assert triton_server.repository is not None
+    name = unique("inrepo")
+    info = inspect_model(tiny_model_path)
+    write_model(triton_server.repository, name, info, resolve_shapes(info, {}),
+                artifact_for(tiny_model_path, "onnxruntime", {}), Route(family="serving"), "python")
+    triton_server.load(triton_server.repository / name)
+    marker = str(triton_server.repository / name)
+    stubs = [p for p in _process_tree(triton_server.pid or 0) if any(marker in a for a in p.cmdline())]
+    assert stubs, "the model's python stub should be running"
+    triton_server.unload(name)
+    assert _gone(stubs)
+    state, reason = triton_server.model_state(name)
+    assert state == "UNAVAILABLE" and "unloaded" in reason
+
+
+_ORPHAN_SCRIPT = """
+import os, sys
+from pathlib import Path
+from gpt_triton.server import EmbeddedTriton
+server = EmbeddedTriton(Path(sys.argv[1]))
+server.start()
+print(server.pid, flush=True)
+os.kill(os.getpid(), 9)  # die without running stop() or atexit
+"""
+
+
+@pytest.mark.slow
+def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path / "repo")],
+                           capture_output=True, text=True, timeout=120)
+    pid = int(child.stdout.split()[0])
+    try:
+        deadline = time.monotonic() + 30
+        while _alive(pid):
+            assert time.monotonic() < deadline, "tritonserver outlived its killed parent"
+            time.sleep(0.05)  # polling a condition with a deadline
+    finally:
+        if _alive(pid):
+            psutil.Process(pid).kill()

@@ -1,0 +1,195 @@
+"""Isolated builds: a crash, an abort, a hang, an exception and a memory blow-up each mark only their own
+candidate crashed; work is shared and deduplicated; a resumed run takes builds from the tuning cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpt_triton.build import build_candidates
+from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes, sha256_file
+from gpt_triton.records import Candidate
+from gpt_triton.routes import FAMILIES, BuildContext, Knob, Route, RouteFamily
+from gpt_triton.routes._base import Artifact
+from gpt_triton.routes._common import copy_file, make_artifact, source_model
+from gpt_triton.search import candidate_id
+from gpt_triton.spec import SearchSpec, TuneSpec
+from gpt_triton.testing.models import build_tiny_mlp
+from gpt_triton.tuning_cache import TuningCache, make_header
+
+
+class _TestFamily(RouteFamily):
+    kind = "compiler"
+    runtime = "onnxruntime"
+
+    def availability(self) -> tuple[bool, str]:
+        return True, ""
+
+    def knobs(self, model: ModelInfo) -> list[Knob]:
+        return [Knob(name="variant", values=["a", "b"], default="a")]
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        raise NotImplementedError
+
+
+class SegfaultFamily(_TestFamily):
+    name = "test_segv"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        os.kill(os.getpid(), signal.SIGSEGV)
+        raise AssertionError("unreachable")
+
+
+class AbortFamily(_TestFamily):
+    name = "test_abort"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        os.abort()
+
+
+class HangFamily(_TestFamily):
+    name = "test_hang"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        threading.Event().wait()  # never set: the build hangs until the parent's timeout kills it
+        raise AssertionError("unreachable")
+
+
+class RaiseFamily(_TestFamily):
+    name = "test_raise"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        raise ValueError(f"bad knob value {route.knobs.get('variant')!r}")
+
+
+class MemoryFamily(_TestFamily):
+    name = "test_memory"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        hog = bytearray(3 * 1024**3)  # above the 2048 MB limit the test sets
+        raise AssertionError(f"allocated {len(hog)} bytes despite the limit")
+
+
+class CopyFamily(_TestFamily):
+    """Every variant writes the same bytes: distinct routes, byte-identical artifacts."""
+
+    name = "test_copy"
+    file_knobs = ("variant",)
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        copy_file(source_model(context), out_dir / "model.onnx")
+        return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], {})
+
+
+TEST_FAMILIES: dict[str, RouteFamily] = {
+    **FAMILIES, **{f.name: f for f in (SegfaultFamily(), AbortFamily(), HangFamily(), RaiseFamily(), MemoryFamily(), CopyFamily())}
+}
+
+
+@pytest.fixture(scope="module")
+def context(tmp_path_factory: pytest.TempPathFactory) -> BuildContext:
+    model = inspect_model(build_tiny_mlp(tmp_path_factory.mktemp("m") / "mlp.onnx"))
+    return BuildContext(model=model, shapes=resolve_shapes(model, {}), max_batch_size=8)
+
+
+def candidate(family: str, knobs: dict[str, Any] | None = None, serving: dict[str, Any] | None = None,
+              graph: dict[str, Any] | None = None) -> Candidate:
+    route = Route(family=family, knobs=knobs or {})
+    serving_route = Route(family="serving", knobs=serving or {})
+    graph_route = Route(family="graph", knobs=graph) if graph else None
+    return Candidate(id=candidate_id(route, graph_route, serving_route), family=family, route=route,
+                     graph=graph_route, serving=serving_route)
+
+
+def no_temp_dirs(work: Path) -> bool:
+    return not [p for p in (work / "artifacts").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_crash_abort_hang_raise_and_memory_are_isolated(context: BuildContext, tmp_path: Path) -> None:
+    spec = SearchSpec(build_timeout_s=3, build_memory_mb=2048)
+    names = ["test_segv", "test_abort", "test_hang", "test_raise", "test_memory", "onnxruntime"]
+    cands = [candidate(n, {"variant": "b"} if n == "test_raise" else None) for n in names]
+    seen: list[str] = []
+    build_candidates(cands, context, tmp_path, spec, progress=lambda c: seen.append(c.id), families=TEST_FAMILIES)
+    by = {c.family: c for c in cands}
+    assert by["test_segv"].status == "crashed" and by["test_segv"].reason == "killed by SIGSEGV"
+    assert by["test_abort"].status == "crashed" and (by["test_abort"].reason or "").startswith("killed by SIGABRT")
+    assert by["test_hang"].status == "crashed" and by["test_hang"].reason == "timed out after 3 s"
+    assert by["test_raise"].reason == "ValueError: bad knob value 'b'"
+    assert "MemoryError" in (by["test_memory"].reason or "") and "2048 MB" in (by["test_memory"].reason or "")
+    good = by["onnxruntime"]
+    assert good.status == "built" and good.artifact is not None
+    assert good.build.seconds > 0 and good.build.peak_rss_bytes > 10 * 2**20  # the child's own peak RSS
+    assert sorted(seen) == sorted(c.id for c in cands)
+    assert no_temp_dirs(tmp_path)
+    assert not psutil.Process().children(recursive=True), "a build child outlived its build"
+
+
+def test_int8_static_without_calibration_crashes_with_a_clear_reason(context: BuildContext, tmp_path: Path) -> None:
+    c = candidate("onnxruntime", {"precision": "int8_static"})
+    build_candidates([c], context, tmp_path, SearchSpec(), families=TEST_FAMILIES)
+    assert c.status == "crashed" and "calibration" in (c.reason or "")
+
+
+def test_shared_work_and_byte_identical_dedupe(context: BuildContext, tmp_path: Path) -> None:
+    base = candidate("onnxruntime")
+    runtime_only = candidate("onnxruntime", {"allow_spinning": False})
+    serving_only = candidate("onnxruntime", serving={"instance_count": 2})
+    copy_a, copy_b = candidate("test_copy", {"variant": "a"}), candidate("test_copy", {"variant": "b"})
+    cands = [base, runtime_only, serving_only, copy_a, copy_b]
+    build_candidates(cands, context, tmp_path, SearchSpec(), families=TEST_FAMILIES)
+    assert all(c.status == "built" and c.artifact for c in cands)
+    # Three child builds: ORT fp32 once (session options are runtime-only), test_copy once per variant.
+    assert len(list((tmp_path / "logs").glob("*.log"))) == 3
+    # All five produced the source's bytes: stored once.
+    dirs = {c.artifact.directory for c in cands if c.artifact}
+    assert len(dirs) == 1 and [p for p in (tmp_path / "artifacts").iterdir()] == [Path(dirs.pop())]
+    assert base.artifact and runtime_only.artifact and serving_only.artifact and copy_b.artifact
+    assert runtime_only.artifact.runtime_options["config_entries"]["session.intra_op.allow_spinning"] == "0"
+    assert base.artifact.runtime_options["config_entries"]["session.intra_op.allow_spinning"] == "1"
+    assert not base.build.cached and base.build.seconds > 0
+    assert not runtime_only.build.cached  # same files, other runtime options: a distinct artifact
+    assert serving_only.build.cached and serving_only.artifact == base.artifact.model_copy(update={"route": serving_only.route})
+    assert copy_b.build.cached and not copy_a.build.cached  # byte-identical files and equal options
+
+
+def test_graph_rewrite_is_built_once_for_every_compiler(context: BuildContext, tmp_path: Path) -> None:
+    graph = {"simplify": "none", "constant_folding": True, "shape_inference": False}
+    cands = [candidate("onnxruntime", graph=graph), candidate("openvino", graph=graph),
+             candidate("onnxruntime", {"precision": "int8_dynamic"}, graph=graph)]
+    build_candidates(cands, context, tmp_path, SearchSpec(), families=TEST_FAMILIES)
+    assert [c.status for c in cands] == ["built"] * 3
+    assert len(list((tmp_path / "logs").glob("graph-*.log"))) == 1
+    graph_dirs = [p for p in (tmp_path / "artifacts").iterdir() if p.name.startswith("graph-")]
+    assert len(graph_dirs) == 1
+    assert cands[0].artifact and cands[0].artifact.sha256 == sha256_file(graph_dirs[0] / "model.onnx")
+
+
+def test_resume_takes_builds_and_crashes_from_the_cache(context: BuildContext, tmp_path: Path) -> None:
+    spec = TuneSpec()
+    header = make_header(context.model, spec)
+    first = [candidate("onnxruntime"), candidate("test_raise")]
+    with TuningCache.open(tmp_path / "cache.jsonl", header, resume=False) as cache:
+        build_candidates(first, context, tmp_path / "work", spec.search, cache=cache, families=TEST_FAMILIES)
+    shutil.rmtree(tmp_path / "work" / "logs")
+    again = [candidate("onnxruntime"), candidate("test_raise"), candidate("onnxruntime", {"allow_spinning": False}),
+             candidate("onnxruntime", {"precision": "int8_dynamic"})]
+    with TuningCache.open(tmp_path / "cache.jsonl", header, resume=True) as cache:
+        assert set(cache.previous) == {c.id for c in first}
+        build_candidates(again, context, tmp_path / "work", spec.search, cache=cache, families=TEST_FAMILIES)
+    assert again[0].status == "built" and again[0].build.cached and again[0].artifact == first[0].artifact
+    assert again[1].status == "crashed" and again[1].reason == first[1].reason
+    # A new route with the restored route's files reuses them; only a route with new files runs a child.
+    assert again[2].status == "built" and again[2].artifact and again[0].artifact
+    assert again[2].artifact.directory == again[0].artifact.directory
+    assert again[3].status == "built"
+    assert [p.name.split("-")[0] for p in (tmp_path / "work" / "logs").glob("*.log")] == ["onnxruntime"]
+    assert Path(again[0].artifact.directory, "model.onnx").is_file()

@@ -1,0 +1,98 @@
+"""Selection: objective values, ties within the noise and their tie-breaks, eligibility, gain."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpt_triton.accuracy.records import AccuracyResult
+from gpt_triton.measure.harness import RemeasureResult
+from gpt_triton.measure.records import Interval, LatencyStats, LoadProfile, WindowResult
+from gpt_triton.records import BuildCost, Candidate
+from gpt_triton.routes._base import Route
+from gpt_triton.select import gain, objective_value, select
+from gpt_triton.spec import ObjectiveSpec
+
+
+def stats(p99: tuple[float, float, float], tp: tuple[float, float, float] = (100, 95, 105),
+          load: LoadProfile | None = None, errors: int = 0, rate_held: bool | None = None) -> LatencyStats:
+    return LatencyStats(
+        load=load or LoadProfile(), p99_ms=Interval(value=p99[0], low=p99[1], high=p99[2]),
+        p50_ms=Interval(value=p99[0] / 2, low=p99[1] / 2, high=p99[2] / 2),
+        throughput=Interval(value=tp[0], low=tp[1], high=tp[2]), errors=errors, rate_held=rate_held,
+    )
+
+
+def cand(cid: str, p99: tuple[float, float, float], margin: float = 0.5, build_s: float = 1.0,
+         baseline: bool = False, status: str = "measured") -> Candidate:
+    acc = AccuracyResult(split="tuning", requests=10, passed=True, exceedances=0, exceedance_upper_bound=0.3,
+                         min_margin=margin)
+    return Candidate(id=cid, family="f", route=Route(family="f"), serving=Route(family="serving"),
+                     is_baseline=baseline, status=status, latency=[stats(p99)], accuracy=acc,  # type: ignore[arg-type]
+                     build=BuildCost(seconds=build_s))
+
+
+def always(_c: Candidate) -> tuple[bool, str]:
+    return True, ""
+
+
+def test_clear_winner_has_no_ties() -> None:
+    cands = [cand("base", (10, 9.5, 10.5), baseline=True), cand("fast", (5, 4.8, 5.2)), cand("mid", (7, 6.5, 7.5))]
+    sel = select(cands, ObjectiveSpec(), always)
+    assert sel.winner_id == "fast" and sel.runner_up_id == "mid" and sel.ties == []
+    assert sel.estimate_ratio == 2.0
+
+
+def test_tie_goes_to_the_larger_accuracy_margin() -> None:
+    cands = [cand("a", (5.0, 4.6, 5.4), margin=0.1), cand("b", (5.2, 4.9, 5.6), margin=0.8), cand("c", (9, 8.5, 9.5))]
+    sel = select(cands, ObjectiveSpec(), always)
+    assert sel.winner_id == "b" and sel.ties == ["a"]
+    assert any("tie within the noise" in line for line in sel.log)
+
+
+def test_equal_margins_tie_goes_to_the_cheaper_build() -> None:
+    cands = [cand("a", (5.0, 4.6, 5.4), build_s=30.0), cand("b", (5.1, 4.7, 5.5), build_s=2.0)]
+    assert select(cands, ObjectiveSpec(), always).winner_id == "b"
+
+
+def test_only_measured_and_eligible_candidates_count() -> None:
+    cands = [cand("x", (1, 0.9, 1.1), status="failed"), cand("y", (2, 1.9, 2.1)), cand("z", (3, 2.9, 3.1))]
+    sel = select(cands, ObjectiveSpec(), lambda c: (c.id != "y", "accuracy margin too small"))
+    assert sel.winner_id == "z"
+    assert any("y: not eligible (accuracy margin too small)" in line for line in sel.log)
+    assert select([], ObjectiveSpec(), always).winner_id is None
+
+
+def test_objective_value_throughput_respects_the_slo_and_rate_profiles() -> None:
+    closed = [stats((20, 18, 22), tp=(500, 480, 520))]
+    assert objective_value(closed, ObjectiveSpec(metric="throughput")) == -500
+    assert objective_value(closed, ObjectiveSpec(metric="throughput", slo_p99_ms=10)) is None
+    rates = [stats((3, 2.8, 3.2), (100, 99, 101), LoadProfile(kind="rate", rate=100)),
+             stats((6, 5.5, 6.5), (200, 198, 202), LoadProfile(kind="rate", rate=200)),
+             stats((30, 25, 40), (400, 390, 410), LoadProfile(kind="rate", rate=400)),
+             stats((5, 4, 6), (790, 780, 800), LoadProfile(kind="rate", rate=800), rate_held=False)]
+    # highest rate held with p99 under the SLO: 200/s (400/s breaks the SLO, 800/s was not held)
+    assert objective_value(rates, ObjectiveSpec(metric="throughput", slo_p99_ms=10)) == -200
+    assert objective_value([stats((3, 2, 4), errors=2)], ObjectiveSpec()) is None
+    assert objective_value(closed, ObjectiveSpec(metric="p50")) == 10
+    assert objective_value(closed, ObjectiveSpec(load_index=3)) is None
+
+
+def _remeasured(samples: np.ndarray) -> RemeasureResult:
+    w = WindowResult(duration_s=1, requests=samples.size, errors=0, throughput=samples.size, p50_ms=0, p90_ms=0,
+                     p99_ms=0, mean_ms=0)
+    return RemeasureResult(stats=LatencyStats(load=LoadProfile(), windows=[w]), latencies_ms=samples)
+
+
+def test_gain_is_significant_only_when_the_interval_excludes_one() -> None:
+    rng = np.random.default_rng(0)
+    base = _remeasured(rng.lognormal(np.log(10), 0.25, 3000))
+    faster = _remeasured(rng.lognormal(np.log(8), 0.25, 3000))
+    same = _remeasured(rng.lognormal(np.log(10), 0.25, 3000))
+    slower = _remeasured(rng.lognormal(np.log(12), 0.25, 3000))
+    obj = ObjectiveSpec(metric="p90")
+    g = gain(base, faster, obj, 0.95, 500, selection_estimate_ratio=1.4)
+    assert g.significant and 1.15 < g.ratio.value < 1.35 and g.selection_estimate_ratio == 1.4
+    assert g.baseline_ms > g.winner_ms
+    assert not gain(base, same, obj, 0.95, 500, None).significant
+    worse = gain(base, slower, obj, 0.95, 500, None)
+    assert not worse.significant and worse.ratio.high < 1.0
