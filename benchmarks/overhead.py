@@ -23,6 +23,7 @@ Where the remaining overhead goes (2-core EPYC, measured with this script; see t
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -107,10 +108,28 @@ class TritonPythonModel:
 """
 
 
-def measure(server: EmbeddedTriton, model_path: Path, name: str, requests: int, rounds: int, staging: Path) -> dict[str, Any]:
+def _session(model_path: Path, options: dict[str, Any]) -> ort.InferenceSession:
+    """The in-process session with the same runtime_options the adapter applies (same schema)."""
+    session_options = ort.SessionOptions()
+    for key, value in (options.get("session_options") or {}).items():
+        if key == "graph_optimization_level":
+            value = getattr(ort.GraphOptimizationLevel, value)
+        elif key == "execution_mode":
+            value = getattr(ort.ExecutionMode, value)
+        setattr(session_options, key, value)
+    for key, value in (options.get("config_entries") or {}).items():
+        session_options.add_session_config_entry(key, str(value))
+    return ort.InferenceSession(str(model_path), session_options, providers=["CPUExecutionProvider"])
+
+
+def measure(
+    server: EmbeddedTriton, model_path: Path, name: str, requests: int, rounds: int, staging: Path,
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    options = options or {}
     info = inspect_model(model_path)
     artifact = Artifact(family="onnxruntime", runtime="onnxruntime", route=Route(family="onnxruntime"),
-                        directory=str(model_path.parent), files=[model_path.name], runtime_options={})
+                        directory=str(model_path.parent), files=[model_path.name], runtime_options=options)
     write_model(staging, name, info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python")
     server.load(staging / name)
     floor = f"{name}_floor"
@@ -118,7 +137,7 @@ def measure(server: EmbeddedTriton, model_path: Path, name: str, requests: int, 
     (staging / floor / "1" / "model.py").write_text(_NULL_MODEL)
     server.load(staging / floor)
     feeds = _inputs(model_path)
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])  # ORT defaults
+    session = _session(model_path, options)
     client = server.client()
     try:
         _time_in_process(session, feeds, 10)
@@ -152,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="ONNX model to measure (default: build resnet_cnn)")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per side and model")
     parser.add_argument("--rounds", type=int, default=4, help="alternating in-process/served blocks")
+    parser.add_argument("--ort-options", type=json.loads, default={},
+                        help='runtime_options for both sides (default: ORT defaults), e.g. '
+                             '\'{"config_entries": {"session.intra_op.allow_spinning": "0"}}\'')
     args = parser.parse_args(argv)
     console = Console(width=160)
     with tempfile.TemporaryDirectory(prefix="gpt-triton-overhead-") as tmp:
@@ -162,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             models = {"resnet_cnn": build_resnet_cnn(root / "resnet_cnn" / "model.onnx"), **models}
         with EmbeddedTriton(root / "repository", workdir=root / "work") as server:
-            results = [measure(server, path, name, args.requests, args.rounds, root / "staging") for name, path in models.items()]
-    table = Table(title="served (Triton gRPC, concurrency 1) vs in-process, ONNX Runtime defaults; medians in ms")
+            results = [measure(server, path, name, args.requests, args.rounds, root / "staging", args.ort_options) for name, path in models.items()]
+    route = json.dumps(args.ort_options) if args.ort_options else "ONNX Runtime defaults"
+    table = Table(title=f"served (Triton gRPC, concurrency 1) vs in-process, {route}; medians in ms")
     for column in ("model", "in-process", "served", "ratio", "floor", "queue", "comp. input", "comp. infer", "comp. output",
                    "outside server"):
         table.add_column(column, justify="right")

@@ -20,6 +20,7 @@ from gpt_triton.canary.controller import (
     CanaryController,
     CanaryMetrics,
     CanaryPolicy,
+    CanaryResult,
     DecisionLog,
     TritonVersions,
 )
@@ -98,25 +99,16 @@ def _pick_stable(versions: TritonVersions, candidate: int) -> int:
     return max(ready)
 
 
-def run(args: argparse.Namespace) -> int:
-    steps = parse_steps(args.steps)
-    interval = parse_duration(args.interval)
-    policy = CanaryPolicy(steps=steps, interval_s=interval, failure_limit=args.failure_limit,
-                          missing_data=args.missing_data, inconclusive_limit=args.inconclusive_limit)
-    repository = Path(args.repository)
-    if (repository / args.model).is_dir() and not (repository / args.model / str(args.candidate_version)).is_dir():
-        raise GptTritonError(f"{repository / args.model} has no version directory {args.candidate_version}: "
-                             "promote the candidate into the repository first")
-    prometheus = PrometheusClient(args.prometheus)
-    if not prometheus.ready():
-        raise GptTritonError(f"Prometheus at {prometheus.url} is not ready; check --prometheus")
-    client = grpcclient.InferenceServerClient(args.triton_url)
+def _run_canary(
+    args: argparse.Namespace, client: grpcclient.InferenceServerClient, prometheus: PrometheusClient,
+    policy: CanaryPolicy, interval: float,
+) -> tuple[DecisionLog, CanaryResult, TrafficLoop]:
     try:
         if not client.is_server_live():
             raise GptTritonError(f"Triton at {args.triton_url} is not live")
     except InferenceServerException as exc:
         raise GptTritonError(f"Triton at {args.triton_url} is unreachable ({exc.message()}); check --triton-url") from exc
-    versions = TritonVersions.from_repository(client, repository, args.model)
+    versions = TritonVersions.from_repository(client, Path(args.repository), args.model)
     candidate = int(args.candidate_version)
     stable = int(args.stable_version) if args.stable_version is not None else _pick_stable(versions, candidate)
     if stable not in versions.ready_versions():
@@ -132,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     log_path = Path(args.log) if args.log else Path("runs/canary") / f"{args.model}-v{candidate}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
     log = DecisionLog(log_path)
     metrics = CanaryMetrics(args.model, str(stable), str(candidate), pushgateway=args.pushgateway)
+
     def warmup() -> None:
         for request in (requests * args.warmup)[:args.warmup]:
             _infer(client, args.model, str(candidate), request)
@@ -141,15 +134,32 @@ def run(args: argparse.Namespace) -> int:
         gates=gates, policy=policy, log=log, metrics=metrics, warmup=warmup if args.warmup > 0 else None,
     )
     traffic = TrafficLoop(args.triton_url, args.model, router, requests, rate=args.rate, concurrency=args.concurrency)
+    with traffic:
+        result = controller.run()
+    return log, result, traffic
+
+
+def run(args: argparse.Namespace) -> int:
+    steps = parse_steps(args.steps)
+    interval = parse_duration(args.interval)
+    policy = CanaryPolicy(steps=steps, interval_s=interval, failure_limit=args.failure_limit,
+                          missing_data=args.missing_data, inconclusive_limit=args.inconclusive_limit)
+    repository = Path(args.repository)
+    if (repository / args.model).is_dir() and not (repository / args.model / str(args.candidate_version)).is_dir():
+        raise GptTritonError(f"{repository / args.model} has no version directory {args.candidate_version}: "
+                             "promote the candidate into the repository first")
+    prometheus = PrometheusClient(args.prometheus)
+    if not prometheus.ready():
+        raise GptTritonError(f"Prometheus at {prometheus.url} is not ready; check --prometheus")
+    client = grpcclient.InferenceServerClient(args.triton_url)
     try:
-        with traffic:
-            result = controller.run()
+        log, result, traffic = _run_canary(args, client, prometheus, policy, interval)
     finally:
         client.close()
     log.record("traffic", ok=traffic.ok, failed=traffic.failed, errors=traffic.errors)
     log.console.print(f"[bold]canary {result.outcome}[/bold]: {args.model} now serves version(s) "
                       f"{result.served_versions}; {result.failed_checks} failed of {result.checks} checks; "
-                      f"{traffic.total_failed} failed requests; log {log_path}")
+                      f"{traffic.total_failed} failed requests; log {log.path}")
     return EXIT_CODES[result.outcome]
 
 

@@ -33,6 +33,11 @@ _BEGIN_RE = re.compile(re.escape(BEGIN) + r" sha256=([0-9a-f]{64}) bytes=(\d+)\s
 MANIFEST = "bundle.json"
 
 
+def _skip(name: str) -> bool:
+    """Bytecode the python backend writes next to a served model: not part of the artifact."""
+    return name == "__pycache__" or name.endswith(".pyc")
+
+
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -50,11 +55,13 @@ def make_bundle(run_dir: Path, promoted_path: Path | None, max_bytes: int = DEFA
             tar.add(report, arcname="report.json")
         artifact_bytes = 0
         if promoted_path is not None and promoted_path.exists():
-            files = [p for p in sorted(promoted_path.rglob("*")) if p.is_file()] if promoted_path.is_dir() else [promoted_path]
+            files = [p for p in sorted(promoted_path.rglob("*")) if p.is_file() and not _skip(p.name)] \
+                if promoted_path.is_dir() else [promoted_path]
             artifact_bytes = sum(p.stat().st_size for p in files)
             # Compressed size is unknown until written; the raw size is a safe upper bound for the cap.
             if artifact_bytes <= max_bytes:
-                tar.add(promoted_path, arcname="artifact")
+                tar.add(promoted_path, arcname="artifact",
+                        filter=lambda info: None if _skip(Path(info.name).name) else info)
                 manifest["artifact"] = "artifact"
             else:
                 manifest["artifact"] = None

@@ -352,8 +352,15 @@ def render_run(params: TuneJobParams, spec_text: str) -> list[dict[str, Any]]:
     return [render_configmap(params, spec_text), render_job(params)]
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """Manifests are read by people and kubectl: repeat shared dicts instead of writing &id001 anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def to_yaml(objects: list[dict[str, Any]], header: str = "") -> str:
-    body = yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False, width=120)
+    body = yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False, width=120)
     return header + body
 
 

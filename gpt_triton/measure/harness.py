@@ -145,6 +145,7 @@ class Measurer:
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
                     max_windows: int, stop_when_stable: bool, log: list[str]) -> _Run:
         run = _Run(samples={cid: [] for cid in models})
+        max_windows = max(max_windows, min_windows)
         done: set[str] = set()
         for round_no in range(1, max_windows + 1):
             todo = [cid for cid in models if cid not in done and cid not in run.dropped and cid not in run.failed]

@@ -70,7 +70,8 @@ class _Job:
     offsets: np.ndarray | None  # open loop: seconds after the start
     duration_s: float
     min_requests: int
-    payload_start: int = 0
+    payload_start: int = 0  # closed loop: where this generator starts cycling through the payloads
+    indices: np.ndarray | None = None  # open loop: the payload of each arrival (a replay trace's own)
     drain_timeout_s: float = 30.0
 
 
@@ -259,8 +260,8 @@ async def _drive(job: _Job, before_start: Any = None) -> _Raw:
         raw.start = start if start is not None else time.monotonic()
         counter = iter(range(job.payload_start, 1 << 62))
 
-        async def send(scheduled: float | None) -> None:
-            index = next(counter) % len(prepared)
+        async def send(scheduled: float | None, index: int | None = None) -> None:
+            index = (next(counter) if index is None else index) % len(prepared)
             sent = time.monotonic()
             raw.sent += 1
             raw.last_send = max(raw.last_send, sent)
@@ -290,12 +291,13 @@ async def _drive(job: _Job, before_start: Any = None) -> _Raw:
             await asyncio.gather(*(worker() for _ in range(job.concurrency)))
         else:
             tasks = []
-            for offset in job.offsets:
+            indices = job.indices if job.indices is not None else np.arange(job.payload_start, job.payload_start + len(job.offsets))
+            for offset, index in zip(job.offsets, indices, strict=True):
                 target = raw.start + float(offset)
                 delay = target - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(send(target)))
+                tasks.append(asyncio.create_task(send(target, int(index))))
             if tasks:
                 _, pending = await asyncio.wait(tasks, timeout=job.drain_timeout_s)
                 for task in pending:
@@ -406,12 +408,14 @@ def run_window(
     """
     payloads = list(requests)
     offsets: np.ndarray | None = None
+    indices: np.ndarray | None = None
     if load.kind == "replay":
         if not load.replay_file:
             raise GptTritonError("load kind=replay needs replay_file: a JSONL trace or perf_analyzer JSON")
         trace, payloads = load_replay(load.replay_file, _model_dtypes(grpc_url, model_name))
         if trace is not None:
             offsets = _replay_offsets(trace, duration_s, min_requests)
+            indices = np.arange(len(offsets)) % len(trace)  # entry i of the trace carries payload i
         elif load.rate > 0:
             offsets = schedule(load, duration_s, min_requests, seed)
     elif load.kind == "rate":
@@ -421,6 +425,8 @@ def run_window(
     processes = max(1, int(processes))
     base = _Job(grpc_url, model_name, payloads, list(outputs) if outputs else None, max(1, load.concurrency),
                 offsets, duration_s, min_requests, payload_start)
+    if offsets is not None:
+        base.indices = indices if indices is not None else (payload_start + np.arange(len(offsets))) % len(payloads)
 
     stats_client = grpcclient.InferenceServerClient(grpc_url)
     try:
@@ -460,11 +466,13 @@ def run_window(
             jobs = []
             for k in range(processes):
                 share = base.offsets[k::processes] if base.offsets is not None else None
+                share_idx = base.indices[k::processes] if base.indices is not None else None
                 conc = base.concurrency // processes + (1 if k < base.concurrency % processes else 0)
                 if share is None and conc == 0:
                     continue
                 jobs.append(_Job(grpc_url, model_name, payloads, base.outputs, conc, share, duration_s,
-                                 (min_requests + processes - 1) // processes, payload_start + k * 7919))
+                                 (min_requests + processes - 1) // processes, payload_start + k * 7919,
+                                 share_idx))
             raws = _run_processes(jobs, lambda: snapshot("before"))
         snapshot("after", sum(len(raw.latencies_ms) for raw in raws))
     except InferenceServerException as exc:

@@ -74,6 +74,19 @@ def _color_legend(ax: Axes, extra: list[Line2D] | None = None, **kwargs: object)
     ax.legend(handles=[*(extra or []), *handles], fontsize="small", **kwargs)  # type: ignore[call-overload]
 
 
+def _err(interval: Interval) -> tuple[float, float]:
+    """Error-bar lengths; a bootstrap point estimate can fall just outside its percentile interval, and
+    matplotlib refuses negative lengths."""
+    return max(0.0, interval.value - interval.low), max(0.0, interval.high - interval.value)
+
+
+def _log_if_wide(ax: Axes, values: list[float], axis: str) -> None:
+    """Log scale when values span more than 20x (a p99 tail of 160 ms beside a 3 ms p50 on a noisy host)."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if positive and max(positive) / min(positive) > 20:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
 def _metric_name(metric: str) -> str:
     return "throughput (req/s)" if metric == "throughput" else f"{metric} latency (ms)"
 
@@ -102,6 +115,7 @@ def _latency_distribution(report: RunReport, fig: Figure) -> None:
         ax.set_title(title)
         ax.set_xlabel("window latency (ms): wide box p99, narrow box p50")
         ax.grid(axis="x", alpha=0.3)
+        _log_if_wide(ax, [v for series in p50 + p99 for v in series], "x")
     axes[0].set_yticks(range(len(candidates)), labels)
     axes[0].invert_yaxis()
     fig.suptitle(PLOT_TITLES["latency_distribution"])
@@ -126,8 +140,9 @@ def _latency_vs_throughput(report: RunReport, fig: Figure) -> None:
                 continue
             xs.append(stats.throughput.value)
             ys.append(stats.p99_ms.value)
-            lo.append(stats.p99_ms.value - stats.p99_ms.low)
-            hi.append(stats.p99_ms.high - stats.p99_ms.value)
+            low, high = _err(stats.p99_ms)
+            lo.append(low)
+            hi.append(high)
         if not xs:
             continue
         special = candidate.id in (report.winner_id, report.baseline_id)
@@ -137,6 +152,7 @@ def _latency_vs_throughput(report: RunReport, fig: Figure) -> None:
             for x, y, stats in zip(xs, ys, [s for s in candidate.latency if s.throughput and s.p99_ms], strict=True):
                 ax.annotate(stats.load.label(), (x, y), textcoords="offset points", xytext=(6, -10), fontsize="x-small",
                             color=color)
+    _log_if_wide(ax, [s.p99_ms.value for c in _measured(report) for s in c.latency if s.p99_ms], "y")
     loads = [s.load.label() for s in _measured(report)[0].latency]
     ax.set_xlabel("throughput (req/s)")
     ax.set_ylabel("p99 latency (ms), 95% CI")
@@ -181,7 +197,8 @@ def _isolated_vs_served(report: RunReport, fig: Figure) -> None:
 
 
 def _interval_bar(ax: Axes, interval: Interval, y: float, color: str, marker: str, alpha: float, label: str | None) -> None:
-    ax.errorbar([interval.value], [y], xerr=[[interval.value - interval.low], [interval.high - interval.value]],
+    low, high = _err(interval)
+    ax.errorbar([interval.value], [y], xerr=[[low], [high]],
                 fmt=marker, color=color, alpha=alpha, capsize=4, label=label)
 
 
@@ -213,7 +230,8 @@ def _remeasurement(report: RunReport, fig: Figure) -> None:
     left.legend(handles=[Line2D([], [], marker="s", color="black", alpha=0.45, label="screening (95% CI)"),
                          Line2D([], [], marker="D", color="black", label="re-measured")], fontsize="small", loc="best")
     r = gain.ratio
-    right.errorbar([r.value], [0], xerr=[[r.value - r.low], [r.high - r.value]], fmt="o", color=WINNER if gain.significant else BAD,
+    r_low, r_high = _err(r)
+    right.errorbar([r.value], [0], xerr=[[r_low], [r_high]], fmt="o", color=WINNER if gain.significant else BAD,
                    capsize=6, label=f"re-measured {r.value:.2f} [{r.low:.2f}, {r.high:.2f}]")
     if gain.selection_estimate_ratio is not None:
         right.scatter([gain.selection_estimate_ratio], [0], marker="x", color="black", s=60, zorder=3,

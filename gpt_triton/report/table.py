@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -17,6 +18,7 @@ from rich.text import Text
 from gpt_triton.accuracy.records import AccuracyResult
 from gpt_triton.measure.records import Interval, LatencyStats
 from gpt_triton.records import Candidate, RunReport
+from gpt_triton.routes._base import Route
 
 # Statuses that never produced a measurement: their row carries the reason instead of numbers.
 FAILED_STATUSES = ("crashed", "infeasible", "failed")
@@ -64,6 +66,12 @@ def eligible(report: RunReport, candidate: Candidate) -> bool:
     so a run saved before validation still gets a per-family view)."""
     if candidate.status != "measured" or not candidate.latency:
         return False
+    metric, load_index = objective(report)
+    slo = (report.spec.get("objective") or {}).get("slo_p99_ms")
+    if metric == "throughput" and slo is not None:  # throughput counts only under the latency SLO
+        p99 = metric_interval(load_stats(candidate, load_index), "p99")
+        if p99 is None or p99.value > float(slo):
+            return False
     return candidate.accuracy is None or accuracy_eligibility(report, candidate.accuracy)[0]
 
 
@@ -79,17 +87,43 @@ def accuracy_eligibility(report: RunReport, result: AccuracyResult) -> tuple[boo
         return result.passed, result.reason or ("passed" if result.passed else "failed")
 
 
-def short_route(candidate: Candidate, width: int = ROUTE_WIDTH) -> str:
-    """Knobs only (the family has its own column): ``compiler knobs | graph | serving``."""
+def _knob_text(knobs: dict[str, Any]) -> str:
+    return Route(family="_", knobs=knobs).key().split(":", 1)[1].strip()
 
-    def knobs(text: str) -> str:
-        return text.split(":", 1)[1].strip() if ":" in text else text
 
-    parts = [knobs(candidate.route.key()) or "defaults"]
-    if candidate.graph and candidate.graph.knobs:
-        parts.append(candidate.graph.key())
-    if candidate.serving.knobs:
-        parts.append("serve " + knobs(candidate.serving.key()))
+def common_knobs(report: RunReport) -> dict[str, dict[str, Any]]:
+    """Per route family (compiler, graph, serving), the knob values every candidate of it shares.
+
+    Routes spell out every knob, defaults included, so the full key of a real run runs to hundreds of
+    characters; a table only needs the knobs that vary. report.md lists the shared ones once.
+    """
+    routes: dict[str, list[Route]] = {}
+    for c in report.candidates:
+        for route in (c.route, c.graph, c.serving):
+            if route is not None:
+                routes.setdefault(route.family, []).append(route)
+    common: dict[str, dict[str, Any]] = {}
+    for family, members in routes.items():
+        if len(members) < 2:
+            continue  # a lone route has nothing to be compared with: show it whole
+        first = members[0].knobs
+        common[family] = {k: v for k, v in first.items() if all(k in r.knobs and r.knobs[k] == v for r in members[1:])}
+    return common
+
+
+def short_route(candidate: Candidate, width: int = ROUTE_WIDTH, common: dict[str, dict[str, Any]] | None = None) -> str:
+    """The knobs that set this candidate apart (the family has its own column): ``compiler | graph | serve``."""
+    common = common or {}
+
+    def varying(route: Route) -> str:
+        shared = common.get(route.family, {})
+        return _knob_text({k: v for k, v in route.knobs.items() if k not in shared})
+
+    parts = [varying(candidate.route) or "shared knobs"]
+    if candidate.graph and candidate.graph.knobs and (graph := varying(candidate.graph)):
+        parts.append(f"{candidate.graph.family}: {graph}")
+    if candidate.serving.knobs and (serving := varying(candidate.serving)):
+        parts.append("serve " + serving)
     text = " | ".join(parts)
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -139,47 +173,55 @@ def marks(report: RunReport, candidate: Candidate) -> str:
 
 
 # --------------------------------------------------------------------------------------------- table
-COMPACT_BELOW = 150  # console columns under which print_summary drops the backend and isolated columns
+COMPACT_BELOW = 150  # console columns under which the backend and isolated columns are left out
+NARROW_BELOW = 110  # ... and under which family and route move to a legend below the numbers
 COMPACT_DROPS = ("backend", "iso ms")
+NARROW_DROPS = ("family", "route", "build s")
+COLUMNS = (  # header, justify, no_wrap
+    ("", "left", True), ("id", "left", True), ("family", "left", False), ("route", "left", False),
+    ("status", "left", True), ("backend", "left", False), ("build s", "right", False), ("p50 ms", "right", False),
+    ("p99 ms", "right", False), ("thr/s", "right", False), ("accuracy", "left", False), ("iso ms", "right", False),
+)
+
+
+def _load_label(report: RunReport, load_index: int) -> str:
+    for candidate in report.candidates:
+        stats = load_stats(candidate, load_index)
+        if stats is not None:
+            return stats.load.label()
+    return "-"
 
 
 def summary_table(report: RunReport, width: int | None = None) -> Table:
     """One row per candidate at the objective's load level; winner ★, baseline B, unconfirmed pick s.
 
-    ``width``: the console's columns. Under COMPACT_BELOW the backend and isolated columns are left out
-    (report.md has them) and the route column is capped so the numbers are never cropped.
+    ``width``: the console's columns (None: every column). Narrower consoles lose the backend and
+    isolated columns (report.md has them), then family and route, which :func:`route_legend` prints.
     """
-    compact = width is not None and width < COMPACT_BELOW
-    # What the other compact columns need at minimum (their longest word plus borders), measured.
-    route_max = max(12, width - 84) if compact and width is not None else None
     metric, load_index = objective(report)
-    load_label = "-"
-    for candidate in report.candidates:
-        stats = load_stats(candidate, load_index)
-        if stats is not None:
-            load_label = stats.load.label()
-            break
+    drops: tuple[str, ...] = ()
+    if width is not None and width < COMPACT_BELOW:
+        drops = COMPACT_DROPS + (NARROW_DROPS if width < NARROW_BELOW else ())
+    # What the other compact columns need at minimum (their longest word plus borders), measured.
+    route_max = max(12, width - 84) if width is not None and drops else None
+    common = common_knobs(report)
     table = Table(
-        title=f"{report.model.name}: {len(report.candidates)} candidates (objective {metric} at {load_label})",
+        title=f"{report.model.name}: {len(report.candidates)} candidates (objective {metric} at {_load_label(report, load_index)})",
         caption="★ winner  B baseline  s selected, not confirmed by re-measurement; ms [95% bootstrap CI]; "
         "accuracy m=min margin ub=exceedance upper bound; iso = isolated in-process single request",
-        show_lines=False,
+        box=box.SIMPLE_HEAD if width is not None and width < NARROW_BELOW else box.HEAVY_HEAD,
     )
     # Short columns never wrap; on a narrow terminal the route and the intervals wrap instead (an
     # interval drops to a second line under its value, which still reads naturally).
-    for header, justify, no_wrap in (
-        ("", "left", True), ("id", "left", True), ("family", "left", False), ("route", "left", False),
-        ("status", "left", True), ("backend", "left", False), ("build s", "right", False), ("p50 ms", "right", False),
-        ("p99 ms", "right", False), ("thr/s", "right", False), ("accuracy", "left", False), ("iso ms", "right", False),
-    ):
-        if compact and header in COMPACT_DROPS:
+    for header, justify, no_wrap in COLUMNS:
+        if header in drops:
             continue
         table.add_column(header, justify=justify, no_wrap=no_wrap,  # type: ignore[arg-type]
                          max_width=route_max if header == "route" else None,
-                         overflow="fold" if header == "route" else "ellipsis")
+                         min_width=12 if header.endswith(" ms") else None, overflow="fold")
     for candidate in report.candidates:
         stats = load_stats(candidate, load_index)
-        route = Text(short_route(candidate))
+        route = Text(short_route(candidate, common=common))
         if candidate.status in FAILED_STATUSES and candidate.reason:
             route.append("\n" + candidate.reason, style="red")
         build = "-" if candidate.status == "planned" else f"{candidate.build.seconds:.1f}"
@@ -187,12 +229,15 @@ def summary_table(report: RunReport, width: int | None = None) -> Table:
             build += " (c)"
         isolated = candidate.isolated.single_request_ms if candidate.isolated else None
         style = "bold green" if candidate.id == report.winner_id else ("red" if candidate.status in FAILED_STATUSES else "")
+        status: Text | str = candidate.status
+        if "route" in drops and candidate.status in FAILED_STATUSES and candidate.reason:
+            status = Text(candidate.status + " (see below)")
         cells: dict[str, Text | str] = {
             "": marks(report, candidate),
             "id": candidate.id,
             "family": candidate.family,
             "route": route,
-            "status": candidate.status,
+            "status": status,
             "backend": candidate.deploy.backend if candidate.deploy else "-",
             "build s": build,
             "p50 ms": fmt_interval(stats.p50_ms if stats else None),
@@ -205,12 +250,27 @@ def summary_table(report: RunReport, width: int | None = None) -> Table:
     return table
 
 
+def route_legend(report: RunReport) -> Table:
+    """id -> family and distinguishing knobs (and the reason of a failed candidate), for narrow consoles."""
+    common = common_knobs(report)
+    table = Table(box=box.SIMPLE_HEAD, title="routes (knobs shared by every candidate left out)")
+    table.add_column("id", no_wrap=True)
+    table.add_column("family")
+    table.add_column("route", overflow="fold")
+    for candidate in report.candidates:
+        route = Text(short_route(candidate, width=10_000, common=common))
+        if candidate.status in FAILED_STATUSES and candidate.reason:
+            route.append("\n" + candidate.reason, style="red")
+        table.add_row(candidate.id, candidate.family, route)
+    return table
+
+
 # --------------------------------------------------------------------------------------------- verdict
 def break_even_inferences(report: RunReport) -> float | None:
     """Inferences needed to pay back the tuning time: tuning_s / (baseline_s - winner_s). None: never."""
     gain = report.gain
-    if gain is None or report.tuning_seconds <= 0:
-        return None
+    if gain is None or report.tuning_seconds <= 0 or report.winner_id in (None, report.baseline_id):
+        return None  # the baseline was kept: tuning bought nothing to pay back
     saved_s = (gain.baseline_ms - gain.winner_ms) / 1000.0
     if saved_s <= 0:
         return None
@@ -225,12 +285,17 @@ def verdict_lines(report: RunReport) -> list[tuple[str, str]]:
     elif report.status == "running":
         lines.append(("run", "still running (or interrupted): figures are partial"))
     winner, baseline = report.winner_id, report.baseline_id
-    lines.append(("winner", f"{winner or 'none'} vs baseline {baseline or 'none'}"))
+    if winner is not None and winner == baseline:
+        lines.append(("winner", f"the baseline {baseline}"))
+    else:
+        lines.append(("winner", f"{winner or 'none'} vs baseline {baseline or 'none'}"))
     gain = report.gain
     if gain is not None:
         r = gain.ratio
+        # The gain is of the selected candidate; when the baseline was kept, the winner is not it.
+        contender = report.selected_id or winner
         text = (
-            f"{gain.metric}: baseline {fmt_ms(gain.baseline_ms)} ms -> winner {fmt_ms(gain.winner_ms)} ms, "
+            f"{gain.metric}: baseline {fmt_ms(gain.baseline_ms)} ms -> {contender} {fmt_ms(gain.winner_ms)} ms, "
             f"ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI)"
         )
         if gain.selection_estimate_ratio is not None:
@@ -270,6 +335,8 @@ def verdict_lines(report: RunReport) -> list[tuple[str, str]]:
     need = break_even_inferences(report)
     if need is not None:
         lines.append(("break-even", f"{fmt_count(need)} inferences repay {report.tuning_seconds:.0f} s of tuning"))
+    elif winner is not None and winner == baseline:
+        lines.append(("break-even", f"none: the baseline was kept; {report.tuning_seconds:.0f} s of tuning bought no speed-up"))
     elif gain is not None:
         lines.append(("break-even", "never: the winner saves no time per inference"))
     return lines
@@ -289,10 +356,13 @@ def verdict_panel(report: RunReport) -> Panel:
 def print_summary(report: RunReport, console: Console | None = None) -> None:
     console = console or Console()
     families = per_family_summary(report)
-    renderables: list[Any] = [
-        summary_table(report, width=console.width) if report.candidates
-        else Text(f"{report.model.name}: no candidates were planned", style="bold red")
-    ]
+    renderables: list[Any] = []
+    if report.candidates:
+        renderables.append(summary_table(report, width=console.width))
+        if console.width < NARROW_BELOW:
+            renderables.append(route_legend(report))
+    else:
+        renderables.append(Text(f"{report.model.name}: no candidates were planned", style="bold red"))
     if families:
         renderables.append(family_table(families))
     renderables.append(verdict_panel(report))
@@ -361,8 +431,9 @@ def family_table(rows: list[dict[str, Any]]) -> Table:
     families = [r for r in rows if r["kind"] == "family"]
     union = next((r for r in rows if r["kind"] == "union"), None)
     table = Table(title="per family (best eligible candidate)")
-    for header in ("family", "candidates", "measured", "failed", "best", "objective", "vs baseline"):
-        table.add_column(header, justify="left" if header in ("family", "best") else "right")
+    for header in ("family", "cand.", "meas.", "fail", "best", "objective", "vs base"):
+        table.add_column(header, justify="left" if header in ("family", "best") else "right",
+                         no_wrap=header in ("family", "best"))
     for r in families:
         table.add_row(
             r["family"], str(r["candidates"]), str(r["measured"]), str(r["failed"]), r["best_id"] or "-",

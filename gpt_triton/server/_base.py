@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -69,6 +70,7 @@ class TritonServer(ABC):
 
     def __init__(self) -> None:
         self._client: grpcclient.InferenceServerClient | None = None
+        self._client_lock = threading.Lock()  # load generators call client() from many threads
 
     # -- lifecycle -------------------------------------------------------------------------------
     @abstractmethod
@@ -96,17 +98,19 @@ class TritonServer(ABC):
     def client(self) -> grpcclient.InferenceServerClient:
         """The server's shared gRPC client (one channel, thread-safe; reused so requests skip the
         connection set-up). Closed by stop(); do not close it yourself."""
-        if self._client is None:
-            if not self.grpc_url:
-                raise GptTritonError("Triton server is not started; use it inside `with server:` or call start()")
-            self._client = grpcclient.InferenceServerClient(self.grpc_url)
-        return self._client
+        with self._client_lock:
+            if self._client is None:
+                if not self.grpc_url:
+                    raise GptTritonError("Triton server is not started; use it inside `with server:` or call start()")
+                self._client = grpcclient.InferenceServerClient(self.grpc_url)
+            return self._client
 
     def _close_client(self) -> None:
-        if self._client is not None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
             with contextlib.suppress(Exception):  # closing a channel to a dead server must not mask the real error
-                self._client.close()
-            self._client = None
+                client.close()
 
     def version(self) -> str:
         metadata = self.client().get_server_metadata(as_json=True)

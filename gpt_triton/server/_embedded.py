@@ -189,7 +189,7 @@ class EmbeddedTriton(TritonServer):
             except GptTritonError as exc:
                 self._terminate()
                 # Another process can grab a port between our probe and Triton's bind: retry that only.
-                if "address already in use" not in str(exc).lower() or attempt == PORT_ATTEMPTS - 1:
+                if "already in use" not in str(exc).lower() or attempt == PORT_ATTEMPTS - 1:
                     raise
         self.http_url = f"127.0.0.1:{http_port}"
         self.grpc_url = f"127.0.0.1:{grpc_port}"
@@ -201,8 +201,8 @@ class EmbeddedTriton(TritonServer):
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(_library_dir()), env.get("LD_LIBRARY_PATH")) if p)
         # The stub embeds libpython and takes sys.prefix from the first python3 on PATH: the venv's.
         env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
-        # The stub imports model.py from the version directory; a __pycache__ written next to it would
-        # be an unsigned file in a signed version (and dirties the promoted repository).
+        # No __pycache__ next to model.py in a (signed) version directory. The 2.51 stub ignores this,
+        # which is why write_version_files ships the bytecode; it still covers other python models.
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
 

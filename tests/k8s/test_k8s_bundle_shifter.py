@@ -27,6 +27,8 @@ def _run(tmp_path: Path, size: int) -> tuple[Path, Path]:
     run.mkdir(parents=True)
     version.mkdir(parents=True)
     (version / "model.plan").write_bytes(b"\x01" * size)
+    (version / "__pycache__").mkdir()  # written by Triton's python backend while serving
+    (version / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"\x00" * 64)
     (run / "report.json").write_text(json.dumps({"status": "done", "promoted_path": str(version)}))
     return run, version
 
@@ -39,6 +41,8 @@ def test_bundle_round_trip_in_noisy_log(tmp_path: Path) -> None:
     manifest = bundle.extract_bundle(data, tmp_path / "out")
     assert manifest["artifact"] == "artifact"
     assert (tmp_path / "out" / "artifact" / "model.plan").read_bytes() == b"\x01" * 5000
+    assert sorted(p.name for p in (tmp_path / "out" / "artifact").iterdir()) == ["model.plan"]
+    assert manifest["artifact_bytes"] == 5000
     assert bundle.parse_bundle("no bundle here\n") is None
 
 

@@ -61,9 +61,9 @@ def test_lint_defaults(helm: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
-def test_template_validates(helm: str, values: Path) -> None:
-    objects = _template(helm, "-f", str(values))
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda p: p.stem if p else "defaults")
+def test_template_validates(helm: str, values: Path | None) -> None:
+    objects = _template(helm, *(["-f", str(values)] if values else []))
     assert _by_kind(objects, "Deployment") and _by_kind(objects, "Service")
     for obj in objects:
         _validate(obj)

@@ -49,6 +49,7 @@ def test_run_tunes_against_remote_triton_and_prints_bundle(tmp_path: Path, tiny_
     promoted = Path(report["promoted_path"])
     assert promoted.is_relative_to(tmp_path / "repo" / "tiny")
     assert manifest["artifact"] == "artifact"
-    expected = sorted(p.relative_to(promoted).as_posix() for p in promoted.rglob("*") if p.is_file())
+    expected = sorted(p.relative_to(promoted).as_posix() for p in promoted.rglob("*")
+                      if p.is_file() and "__pycache__" not in p.parts)
     got_root = tmp_path / "collected" / "artifact"
     assert sorted(p.relative_to(got_root).as_posix() for p in got_root.rglob("*") if p.is_file()) == expected

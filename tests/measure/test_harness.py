@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpt_triton.measure.harness import Measurer, dedupe_key
+from gpt_triton.measure.records import LoadProfile
 from gpt_triton.records import Candidate, DeployInfo
 from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.select import gain, select
@@ -32,7 +33,9 @@ def spec(**kw: object) -> MeasureSpec:
 def test_racing_drops_the_slow_candidate_only_after_its_min_windows(delay_models: EmbeddedTriton, requests_x: list) -> None:
     fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow30")
     messages: list[str] = []
-    m = Measurer(delay_models.grpc_url, requests_x, spec(), ObjectiveSpec(metric="p50"), progress=messages.append)
+    loads = [LoadProfile(concurrency=1), LoadProfile(kind="rate", rate=40)]
+    m = Measurer(delay_models.grpc_url, requests_x, spec(loads=loads, max_windows=4), ObjectiveSpec(metric="p50"),
+                 progress=messages.append)
     log = m.measure([fast, slow])
     assert fast.status == slow.status == "measured"
     assert slow.reason is not None and "dropped by racing" in slow.reason
@@ -44,6 +47,10 @@ def test_racing_drops_the_slow_candidate_only_after_its_min_windows(delay_models
     assert fast.latency[0].p50_ms is not None and slow.latency[0].p50_ms is not None
     assert slow.latency[0].p50_ms.low > 25 > fast.latency[0].p50_ms.high
     assert messages  # progress reported
+    # The second load runs only for the survivors; the dropped candidate keeps an empty entry there.
+    assert len(slow.latency) == len(fast.latency) == 2 and slow.latency[1].windows == []
+    assert len(fast.latency[1].windows) >= 3 and fast.latency[1].rate_held is not None
+    assert "slow" not in {cid for cid, label in m.window_order if label == loads[1].label()}
     chosen = select([fast, slow], ObjectiveSpec(metric="p50"), lambda c: (True, ""))
     assert chosen.winner_id == "fast" and chosen.ties == []
 
@@ -51,9 +58,15 @@ def test_racing_drops_the_slow_candidate_only_after_its_min_windows(delay_models
 @pytest.mark.slow
 def test_without_racing_every_candidate_gets_its_windows(delay_models: EmbeddedTriton, requests_x: list) -> None:
     fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow20")
-    m = Measurer(delay_models.grpc_url, requests_x, spec(racing=False, max_windows=3), ObjectiveSpec(metric="p99"))
+    m = Measurer(delay_models.grpc_url, requests_x, spec(racing=False, max_windows=3), ObjectiveSpec(metric="p99"),
+                 metrics_url=delay_models.metrics_url)
     m.measure([fast, slow])
     assert slow.reason is None and len(slow.latency[0].windows) == 3 and len(fast.latency[0].windows) == 3
+    server = slow.latency[0].server
+    assert server is not None and server.compute_infer_ms > 19  # the model's 20 ms sleep, seen server-side
+    assert server.success_count == sum(w.requests for w in slow.latency[0].windows)
+    assert slow.latency[0].windows[0].server is not None and slow.latency[0].windows[0].server.metrics_delta
+    assert m.machine_sharing["cores"] >= 1 and "note" in m.machine_sharing
 
 
 @pytest.mark.slow

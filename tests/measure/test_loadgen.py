@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpt_triton.errors import GptTritonError
-from gpt_triton.measure.loadgen import load_replay, pinned, run_window, schedule
+from gpt_triton.measure.loadgen import _Raw, _summarise, load_replay, pinned, run_window, schedule
 from gpt_triton.measure.records import LoadProfile
 from gpt_triton.server import EmbeddedTriton
 
@@ -117,3 +117,31 @@ def test_errors_are_counted_not_raised(delay_models: EmbeddedTriton) -> None:
     w = run_window(delay_models.grpc_url, "measure_fast", wrong, LoadProfile(concurrency=1), 0.2)
     assert w.result.errors == w.result.requests > 0 and w.latencies_ms.size == 0
     assert w.first_error
+
+
+def _raw(lags_ms: np.ndarray, offsets: np.ndarray) -> _Raw:
+    raw = _Raw(start=100.0)
+    raw.send_lags_ms = list(lags_ms)
+    raw.latencies_ms = list(lags_ms + 1.0)
+    raw.sent = len(offsets)
+    raw.last_send = 100.0 + float(offsets[-1]) + float(lags_ms[-1]) / 1e3
+    raw.end = raw.last_send + 0.001
+    return raw
+
+
+def test_rate_held_flags_a_generator_that_falls_behind() -> None:
+    load = LoadProfile(kind="rate", rate=1000, arrivals="constant")
+    offsets = schedule(load, 1.0)
+    snap: dict = {"before": {}, "after": {}}
+    on_time = _summarise(load, [_raw(np.full(1000, 0.5), offsets)], offsets, 1.0, snap)
+    assert on_time.result.rate_held is True and on_time.result.rate_achieved == pytest.approx(1000, rel=0.01)
+    # Sends drift later and later (0 -> 15 ms): p99 lag stays under 20 ms, but the lag grows.
+    drifting = _summarise(load, [_raw(np.linspace(0, 15, 1000), offsets)], offsets, 1.0, snap)
+    assert drifting.result.rate_held is False
+    # Late by 200 ms at the end: the schedule's span is overrun, achieved < 98% of the target.
+    late = _summarise(load, [_raw(np.linspace(0, 200, 1000), offsets)], offsets, 1.0, snap)
+    assert late.result.rate_held is False and late.result.rate_achieved is not None
+    assert late.result.rate_achieved < 0.98 * 1000
+    spiky = np.full(1000, 0.5)
+    spiky[::50] = 60.0  # 2% of sends 60 ms late: jitter, not falling behind, but p99 > 20 ms
+    assert _summarise(load, [_raw(spiky, offsets)], offsets, 1.0, snap).result.rate_held is False

@@ -74,16 +74,16 @@ def test_window_bootstrap_accounts_for_drift_between_windows() -> None:
     rng = np.random.default_rng(7)
     # The mixture's median from a very large sample stands in for the exact value.
     truth = float(np.median(rng.exponential(1.0, 1_000_000) * rng.lognormal(0, 0.25, 1_000_000)))
-    trials, pooled_hits, window_hits = 120, 0, 0
+    trials, pooled_hits, window_hits = 60, 0, 0
     for i in range(trials):
         windows = [rng.exponential(1.0, 300) * rng.lognormal(0, 0.25) for _ in range(8)]
-        pooled = bootstrap_interval(np.concatenate(windows), "p50", 0.90, 400, seed=i)
-        two = window_bootstrap_interval(windows, "p50", 0.90, 400, seed=i)
+        pooled = bootstrap_interval(np.concatenate(windows), "p50", 0.90, 300, seed=i)
+        two = window_bootstrap_interval(windows, "p50", 0.90, 300, seed=i)
         assert two.value == pooled.value and (two.high - two.low) > (pooled.high - pooled.low)
         pooled_hits += pooled.low <= truth <= pooled.high
         window_hits += two.low <= truth <= two.high
-    assert pooled_hits / trials < 0.70  # over-confident
-    assert window_hits / trials > 0.75  # near the nominal 0.90 with 8 windows
+    assert pooled_hits / trials < 0.70  # over-confident (about 0.45 here)
+    assert window_hits / trials > 0.75  # near the nominal 0.90 with 8 windows (about 0.9 here)
 
 
 def test_window_intervals_fall_back_and_agree() -> None:

@@ -119,3 +119,17 @@ def test_remeasurement_plot_with_and_without_remeasured_stats(tmp_path: Path, me
     report.gain.remeasured_baseline = report.gain.remeasured_winner = None  # an older run: points only
     plots = render_plots(report, tmp_path / "without")
     assert_valid_png(plots["remeasurement"])
+
+
+def test_point_estimate_outside_its_interval_and_heavy_tails(tmp_path: Path) -> None:
+    report = make_report()
+    stats = report.candidate("c05").latency[0]
+    assert stats.p99_ms is not None and report.gain is not None
+    stats.p99_ms.low = stats.p99_ms.value * 1.01  # percentile bootstrap: the estimate may sit outside
+    report.gain.ratio.high = report.gain.ratio.value * 0.99
+    for window in report.candidate("c00").latency[0].windows:
+        window.p99_ms *= 60  # a 300 ms tail beside 2 ms medians: drawn on a log axis
+    plots = render_plots(report, tmp_path)
+    assert set(plots) == set(PLOT_TITLES)
+    for path in plots.values():
+        assert_valid_png(path)

@@ -65,6 +65,9 @@ def test_selected_but_unconfirmed_pick_is_marked() -> None:
     assert marks["c00"] == "★B" and marks["c04"] == "s"
     text = dict(verdict_lines(report))
     assert text["decision"].startswith("promoted the baseline") and "c04" in text["decision"]
+    # The re-measured gain is c04's, and nothing is paid back when the baseline is kept.
+    assert "-> c04 6.20 ms" in text["re-measured gain"]
+    assert break_even_inferences(report) is None and text["break-even"].startswith("none: the baseline was kept")
 
 
 def test_verdict_panel_contents(report: RunReport) -> None:
@@ -158,3 +161,14 @@ def test_per_family_follows_the_runs_accuracy_policy() -> None:
     accuracy = dict(zip(_column(summary_table(report), "id"), _column(summary_table(report), "accuracy"), strict=True))
     assert "ineligible" in accuracy["c05"] and "0.5" in accuracy["c05"]
     assert "ineligible" not in accuracy["c04"]
+
+
+def test_throughput_objective_respects_the_p99_slo() -> None:
+    report = make_report(spec={"objective": {"metric": "throughput", "load_index": 0, "slo_p99_ms": 3.0}})
+    families = {r["family"]: r for r in per_family_summary(report) if r["kind"] == "family"}
+    for row in families.values():
+        if row["best_id"]:
+            stats = report.candidate(row["best_id"]).latency[0]
+            assert stats.p99_ms is not None and stats.p99_ms.value <= 3.0
+    assert families["ort"]["best_id"] is None  # every eligible ort candidate misses the SLO
+    assert families["openvino"]["best_id"] == "c05"

@@ -145,3 +145,31 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     finally:
         if _alive(pid):
             psutil.Process(pid).kill()
+
+
+@pytest.mark.slow
+def test_port_clash_is_retried_on_fresh_ports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from gpt_triton.server import _embedded
+
+    real_free_ports = _embedded._free_ports
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = int(taken.getsockname()[1])
+        calls: list[list[int]] = []
+
+        def first_attempt_collides(count: int) -> list[int]:
+            ports = real_free_ports(count)
+            if not calls:
+                ports[1] = held  # the gRPC port someone else bound after our probe
+            calls.append(ports)
+            return ports
+
+        monkeypatch.setattr(_embedded, "_free_ports", first_attempt_collides)
+        with EmbeddedTriton(tmp_path / "repo", log_path=tmp_path / "triton.log") as server:
+            assert len(calls) == 2
+            assert server.grpc_url == f"127.0.0.1:{calls[1][1]}" and calls[1][1] != held
+            assert server.client().is_server_live()
+        assert "already in use" in (tmp_path / "triton.log").read_text()
