@@ -20,13 +20,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpt_triton import __version__
+from gpt_triton.accuracy.reference import ReferenceSet
 from gpt_triton.errors import GptTritonError
 from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
 from gpt_triton.records import Candidate, Gain, RunReport
 from gpt_triton.routes._base import BuildContext
+from gpt_triton.server import TritonServer
 from gpt_triton.spec import TuneSpec
 
 Log = Callable[[str], None]
+Advance = Callable[[str], None]  # one step done; the text says what
+
+
+class Progress:
+    """How the pipeline tells a person what it is doing: log lines and step counters.
+
+    This plain version only logs; the CLI passes a rich one with progress bars.
+    """
+
+    def __init__(self, log: Log = print) -> None:
+        self.log = log
+
+    @contextlib.contextmanager
+    def bar(self, description: str, total: int | None) -> Iterator[Advance]:
+        yield lambda text: None
 
 
 @dataclass
@@ -67,14 +84,15 @@ def check_repository_writable(repository: Path) -> None:
 class Run:
     """One tuning run: owns the report and saves it after every stage."""
 
-    def __init__(self, options: TuneOptions, info: ModelInfo, shapes: dict[str, list[int]], log: Log) -> None:
+    def __init__(self, options: TuneOptions, info: ModelInfo, shapes: dict[str, list[int]], progress: Progress) -> None:
         self.options = options
         self.spec = options.spec
         self.info = info
         self.shapes = shapes
-        self.log = log
+        self.progress = progress
+        self.log = progress.log
         self.started = time.monotonic()
-        self.tuning = None  # type: ignore[var-annotated]  # the tuning split (ReferenceSet), set by _tune
+        self.tuning: ReferenceSet = ReferenceSet(inputs=[], source="(not split yet)")  # set by _tune
         run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         self.run_dir = options.out or Path("runs") / f"{info.name}-{run_id}"
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -100,23 +118,24 @@ class Run:
 
 
 @contextlib.contextmanager
-def open_server(run: Run, staging: Path, label: str) -> Iterator:  # type: ignore[type-arg]
+def open_server(run: Run, staging: Path, label: str) -> Iterator[TritonServer]:
     """The embedded server (started and always stopped) or the user's server (never stopped)."""
     from gpt_triton.server import EmbeddedTriton, RemoteTriton
 
     if run.options.triton_url:
-        server = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
+        server: TritonServer = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
         server.start()
         try:
             yield server
         finally:
             server.stop()
         return
-    with EmbeddedTriton(repository=staging, workdir=run.run_dir / "triton", log_path=run.run_dir / f"triton-{label}.log") as server:
-        yield server
+    with EmbeddedTriton(repository=staging, workdir=run.run_dir / "triton", log_path=run.run_dir / f"triton-{label}.log") as embedded:
+        yield embedded
 
 
-def deploy(run: Run, server, candidates: Sequence[Candidate], staging: Path, suffix: str = "") -> list[Candidate]:  # type: ignore[no-untyped-def]
+def deploy(run: Run, server, candidates: Sequence[Candidate], staging: Path, advance: Advance | None = None,  # type: ignore[no-untyped-def]
+           suffix: str = "") -> list[Candidate]:
     """Write each built candidate as a Triton model and load it; a load failure marks it failed."""
     from gpt_triton.deploy import choose_backend, write_model
     from gpt_triton.server import ModelLoadError
@@ -138,6 +157,8 @@ def deploy(run: Run, server, candidates: Sequence[Candidate], staging: Path, suf
         if candidate.status == "built":
             candidate.status = "deployed"
         loaded.append(candidate)
+        if advance is not None:
+            advance(f"{name} loaded ({backend} backend)")
     return loaded
 
 
@@ -179,7 +200,7 @@ def reference_outputs_from_baseline(run: Run, grpc_url: str, baseline: Candidate
     return ref.with_outputs(outputs)
 
 
-def tune(options: TuneOptions, log: Log = print) -> RunReport:
+def tune(options: TuneOptions, progress: Progress | None = None) -> RunReport:
     """Run every stage; returns the report (also saved as RUN_DIR/report.json)."""
     from gpt_triton.accuracy.reference import (
         load_reference,
@@ -204,7 +225,7 @@ def tune(options: TuneOptions, log: Log = print) -> RunReport:
 
         signing_key = load_signing_key(options.signing_key_file)
 
-    run = Run(options, info, shapes, log)
+    run = Run(options, info, shapes, progress or Progress())
     try:
         _tune(run, ref, repository, signing_key, split_reference, save_calibration_npz)
         run.report.status = "done"
@@ -248,16 +269,17 @@ def _tune(run: Run, ref, repository: Path, signing_key, split_reference, save_ca
 
     with open_server(run, staging, "search") as server:
         report.triton_version = server.version()
-        measurer = None
         while not run.over_budget(reserve_s=60.0):
             batch = search.ask()
             if not batch:
                 break
             report.candidates.extend(batch)
-            run.log(f"building {len(batch)} candidates")
-            build_candidates(batch, context, run.run_dir / "artifacts", spec.search, cache=cache)
+            with run.progress.bar(f"building {len(batch)} candidates", len(batch)) as advance:
+                build_candidates(batch, context, run.run_dir / "artifacts", spec.search, cache=cache,
+                                 progress=lambda c: advance(f"{c.id} {c.status}"))
             run.save()
-            loaded = deploy(run, server, batch, staging)
+            with run.progress.bar(f"deploying {len(batch)} candidates", len(batch)) as advance:
+                loaded = deploy(run, server, batch, staging, advance)
             if tuning.outputs is None:
                 baseline = next((c for c in loaded if c.is_baseline), None)
                 if baseline is None:
@@ -267,10 +289,11 @@ def _tune(run: Run, ref, repository: Path, signing_key, split_reference, save_ca
                 run.decide("tuning-split reference outputs: the default route's outputs served by Triton")
             screen_accuracy(run, server.grpc_url, [c for c in loaded if c.status == "deployed"], tuning)
             feasible = [c for c in loaded if c.status == "deployed"]
-            if measurer is None:
-                measurer = Measurer(server.grpc_url, tuning.inputs, spec.measure, spec.objective, metrics_url=server.metrics_url, progress=run.log)
-            for line in measurer.measure(feasible):
-                run.decide(line)
+            with run.progress.bar(f"measuring {len(feasible)} candidates (windows)", None) as advance:
+                measurer = Measurer(server.grpc_url, tuning.inputs, spec.measure, spec.objective,
+                                    metrics_url=server.metrics_url, progress=advance)
+                for line in measurer.measure(feasible):
+                    run.decide(line)
             search.tell(batch, lambda c: objective_value(c.latency, spec.objective) if c.status == "measured" else None)
             for candidate in batch:
                 cache.record(candidate)
@@ -330,9 +353,10 @@ def _finish(run: Run, heldout, repository: Path, signing_key, staging: Path) -> 
         with open_server(run, staging, "remeasure") as server:
             loaded = deploy(run, server, contenders, staging, suffix="_r")
             if len(loaded) == len(contenders):
-                measurer = Measurer(server.grpc_url, run.tuning.inputs, spec.measure,
-                                    spec.objective, metrics_url=server.metrics_url, progress=run.log)
-                results = measurer.remeasure(contenders)
+                with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
+                    measurer = Measurer(server.grpc_url, run.tuning.inputs, spec.measure,
+                                        spec.objective, metrics_url=server.metrics_url, progress=advance)
+                    results = measurer.remeasure(contenders)
                 estimate = None
                 win_value = objective_value(winner.latency, spec.objective)
                 base_value = objective_value(baseline.latency, spec.objective)
@@ -358,13 +382,19 @@ def _finish(run: Run, heldout, repository: Path, signing_key, staging: Path) -> 
 
     # The held-out split is opened exactly once, here, for the final acceptance of the chosen candidate.
     accepted = _accept_on_heldout(run, heldout, chosen, baseline, staging)
-    if not accepted and chosen.id != baseline.id:
+    report.reference["heldout_access"] = heldout.describe()["opened"]
+    if accepted is None:
+        report.winner_id = None
+        run.decide("nothing promoted: even the default route fails held-out acceptance, so the reference outputs "
+                   "disagree with the model; check the --reference data")
+        run.save()
+        return
+    if accepted.id != chosen.id:
         run.decide("the winner failed held-out acceptance: the baseline is promoted instead")
-        chosen = baseline
-        report.winner_id = baseline.id
+        report.winner_id = accepted.id
     run.save()
     if run.options.promote:
-        _promote(run, chosen, repository, signing_key)
+        _promote(run, accepted, repository, signing_key)
 
 
 
@@ -379,8 +409,9 @@ def _repeat_check(run: Run, measured: Sequence[Candidate], first, staging: Path)
         copy.latency, copy.status = [], "built"
     with open_server(run, staging, "repeat") as server:
         loaded = deploy(run, server, copies, staging, suffix="_k")
-        Measurer(server.grpc_url, run.tuning.inputs, run.spec.measure, run.spec.objective,
-                 metrics_url=server.metrics_url, progress=run.log).measure(loaded)
+        with run.progress.bar("repeat check: measuring again (windows)", None) as advance:
+            Measurer(server.grpc_url, run.tuning.inputs, run.spec.measure, run.spec.objective,
+                     metrics_url=server.metrics_url, progress=advance).measure(loaded)
         unload(server, loaded)
     second = select([c for c in copies if c.status == "measured"], run.spec.objective, _eligible(run))
     first_set = {first.winner_id, *first.ties}
@@ -396,32 +427,39 @@ def _repeat_check(run: Run, measured: Sequence[Candidate], first, staging: Path)
     run.decide(f"repeat check: first selection {first.winner_id}, second {second.winner_id}: {verdict}")
 
 
-def _accept_on_heldout(run: Run, heldout, chosen: Candidate, baseline: Candidate, staging: Path) -> bool:  # type: ignore[no-untyped-def]
+def _accept_on_heldout(run: Run, heldout, chosen: Candidate, baseline: Candidate, staging: Path) -> Candidate | None:  # type: ignore[no-untyped-def]
+    """Open the held-out split once; return what may be promoted: the chosen candidate if it passes,
+    else the baseline if it passes, else None (the reference disagrees with the model itself)."""
     from gpt_triton.accuracy.compare import compare_requests, eligible
     from gpt_triton.accuracy.validate import infer_requests
 
     held = heldout.open_for_acceptance(f"final acceptance of {chosen.id} before promotion")
     if not held.inputs:
         run.decide("held-out split is empty: acceptance skipped (give more reference requests)")
-        return True
-    outputs = [t.name for t in run.info.outputs]
-    contenders = [chosen] if held.outputs is not None or chosen.id == baseline.id else [chosen, baseline]
+        return chosen
+    names = [t.name for t in run.info.outputs]
+    contenders = [chosen] if chosen.id == baseline.id else [chosen, baseline]
     with open_server(run, staging, "heldout") as server:
         loaded = deploy(run, server, contenders, staging, suffix="_h")
         if len(loaded) != len(contenders):
             raise GptTritonError(f"could not load {chosen.id} for held-out acceptance; see {run.run_dir / 'report.json'}")
-        if held.outputs is None:
-            held = held.with_outputs(infer_requests(server.grpc_url, baseline.deploy.model_name, held.inputs, outputs))  # type: ignore[union-attr]
-        produced = infer_requests(server.grpc_url, chosen.deploy.model_name, held.inputs, outputs)  # type: ignore[union-attr]
+        produced = {c.id: infer_requests(server.grpc_url, c.deploy.model_name, held.inputs, names)  # type: ignore[union-attr]
+                    for c in contenders}
         unload(server, loaded)
-    result = compare_requests(held.outputs, produced, run.spec.accuracy, "heldout", inputs=held.inputs)
-    run.report.heldout = result
-    ok, why = eligible(result, run.spec.accuracy)
-    run.decide(
-        f"held-out acceptance of {chosen.id} on {result.requests} requests: {'passed' if ok else 'FAILED: ' + why}; "
-        f"{result.exceedances} exceedances, upper bound {result.exceedance_upper_bound:.2%} at {result.confidence:.0%}"
-    )
-    return ok
+    if held.outputs is None:  # what the default route serves today is the reference
+        held = held.with_outputs(produced[baseline.id])
+    for candidate in contenders:
+        result = compare_requests(held.outputs, produced[candidate.id], run.spec.accuracy, "heldout", inputs=held.inputs)
+        ok, why = eligible(result, run.spec.accuracy)
+        run.decide(
+            f"held-out acceptance of {candidate.id} on {result.requests} requests: {'passed' if ok else 'FAILED: ' + why}; "
+            f"{result.exceedances} exceedances, upper bound {result.exceedance_upper_bound:.2%} at {result.confidence:.0%} confidence"
+        )
+        if candidate.id == chosen.id:
+            run.report.heldout = result
+        if ok:
+            return candidate
+    return None
 
 
 def _promote(run: Run, chosen: Candidate, repository: Path, signing_key: bytes | None) -> None:

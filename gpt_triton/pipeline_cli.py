@@ -56,11 +56,50 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=False)
-    report = tune(options, log=lambda text: console.log(text, markup=False, highlight=False))
+    report = tune(options, RichProgress(console))  # type: ignore[arg-type]
     try:
         from gpt_triton.report import print_summary
     except ImportError:
         console.print(f"report: {report.run_id}")
     else:
         print_summary(report, console)
+    if report.winner_id is None:
+        import sys
+
+        print("error: every candidate, the default route included, failed held-out acceptance; nothing promoted "
+              f"(the reference outputs disagree with the model; see {options.out or 'the run directory'}/report.json)",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+class RichProgress:
+    """Progress bars for the pipeline's steps, log lines above them."""
+
+    def __init__(self, console) -> None:  # type: ignore[no-untyped-def]
+        self.console = console
+
+    def log(self, text: str) -> None:
+        self.console.log(text, markup=False, highlight=False)
+
+    def bar(self, description: str, total: int | None):  # type: ignore[no-untyped-def]
+        import contextlib
+
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        @contextlib.contextmanager
+        def _bar():  # type: ignore[no-untyped-def]
+            columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), TextColumn("[dim]{task.fields[last]}")]
+            with Progress(*columns, console=self.console, transient=True) as progress:
+                task = progress.add_task(description, total=total, last="")
+                yield lambda text: progress.update(task, advance=1, last=text[:60])
+
+        return _bar()

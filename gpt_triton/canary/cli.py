@@ -144,6 +144,12 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_duration(args.interval)
     policy = CanaryPolicy(steps=steps, interval_s=interval, failure_limit=args.failure_limit,
                           missing_data=args.missing_data, inconclusive_limit=args.inconclusive_limit)
+    if args.k8s_deployments:  # Kubernetes: the chart's Deployments pin the versions, real clients are the traffic
+        from gpt_triton.canary.k8s_mode import run_k8s
+
+        return run_k8s(args, policy, interval)
+    if not args.repository:
+        raise GptTritonError("--repository is required (or --k8s-deployments STABLE,CANARY to canary on Kubernetes)")
     repository = Path(args.repository)
     if (repository / args.model).is_dir() and not (repository / args.model / str(args.candidate_version)).is_dir():
         raise GptTritonError(f"{repository / args.model} has no version directory {args.candidate_version}: "
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("canary", help="roll out a candidate version with Prometheus-gated traffic steps")
-    p.add_argument("--repository", required=True, help="Triton model repository holding the model")
+    p.add_argument("--repository", help="Triton model repository holding the model (not with --k8s-deployments)")
     p.add_argument("--model", required=True, help="model name in the repository")
     p.add_argument("--candidate-version", required=True, type=int)
     p.add_argument("--stable-version", type=int, default=None, help="default: the newest other version serving")
@@ -189,4 +195,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--seed", type=int, default=None, help="seed of the router's version choice")
     p.add_argument("--pushgateway", default=None, help="push decision metrics to this Pushgateway")
     p.add_argument("--log", default=None, help="decision log (JSON lines); default runs/canary/<model>-v<V>-<time>.jsonl")
+    k8s = p.add_argument_group("Kubernetes (charts/gpt-triton Deployments; no traffic is sent, clients hit the Service)")
+    k8s.add_argument("--k8s-deployments", metavar="STABLE,CANARY", default=None,
+                     help="shift replicas between these Deployments instead of routing locally")
+    k8s.add_argument("--namespace", default="gpt-triton")
+    k8s.add_argument("--kube-server", default=None, help="API server URL (default: KUBECONFIG, then in-cluster)")
+    k8s.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k8s.add_argument("--kube-context", default=None, help="kubeconfig context")
+    k8s.add_argument("--total-replicas", type=int, default=None, help="pods shared by stable+canary (default: their sum)")
+    k8s.add_argument("--rollout-timeout", default="10m", help="wait this long for each scale or rollout")
+    k8s.add_argument("--kube-poll", type=float, default=2.0, help=argparse.SUPPRESS)  # Deployment status poll (s)
     p.set_defaults(func=run)

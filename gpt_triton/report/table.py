@@ -173,10 +173,12 @@ def marks(report: RunReport, candidate: Candidate) -> str:
 
 
 # --------------------------------------------------------------------------------------------- table
-COMPACT_BELOW = 150  # console columns under which the backend and isolated columns are left out
-NARROW_BELOW = 110  # ... and under which family and route move to a legend below the numbers
-COMPACT_DROPS = ("backend", "iso ms")
-NARROW_DROPS = ("family", "route", "build s")
+# Real routes spell out every knob and real ids are 12-character digests, so below FULL_FROM columns the
+# family and route move to a legend under the numbers; below NARROW_BELOW the lesser columns go too.
+FULL_FROM = 170
+NARROW_BELOW = 110
+MEDIUM_DROPS = ("backend", "family", "route")
+NARROW_DROPS = MEDIUM_DROPS + ("build s", "iso ms")
 COLUMNS = (  # header, justify, no_wrap
     ("", "left", True), ("id", "left", True), ("family", "left", False), ("route", "left", False),
     ("status", "left", True), ("backend", "left", False), ("build s", "right", False), ("p50 ms", "right", False),
@@ -195,21 +197,19 @@ def _load_label(report: RunReport, load_index: int) -> str:
 def summary_table(report: RunReport, width: int | None = None) -> Table:
     """One row per candidate at the objective's load level; winner ★, baseline B, unconfirmed pick s.
 
-    ``width``: the console's columns (None: every column). Narrower consoles lose the backend and
-    isolated columns (report.md has them), then family and route, which :func:`route_legend` prints.
+    ``width``: the console's columns (None: every column). Narrower consoles lose the backend (report.md
+    has it), family and route (:func:`route_legend` prints those), then the build and isolated times.
     """
     metric, load_index = objective(report)
     drops: tuple[str, ...] = ()
-    if width is not None and width < COMPACT_BELOW:
-        drops = COMPACT_DROPS + (NARROW_DROPS if width < NARROW_BELOW else ())
-    # What the other compact columns need at minimum (their longest word plus borders), measured.
-    route_max = max(12, width - 84) if width is not None and drops else None
+    if width is not None and width < FULL_FROM:
+        drops = NARROW_DROPS if width < NARROW_BELOW else MEDIUM_DROPS
     common = common_knobs(report)
     table = Table(
         title=f"{report.model.name}: {len(report.candidates)} candidates (objective {metric} at {_load_label(report, load_index)})",
         caption="★ winner  B baseline  s selected, not confirmed by re-measurement; ms [95% bootstrap CI]; "
         "accuracy m=min margin ub=exceedance upper bound; iso = isolated in-process single request",
-        box=box.SIMPLE_HEAD if width is not None and width < NARROW_BELOW else box.HEAVY_HEAD,
+        box=box.SIMPLE_HEAD if drops else box.HEAVY_HEAD,
     )
     # Short columns never wrap; on a narrow terminal the route and the intervals wrap instead (an
     # interval drops to a second line under its value, which still reads naturally).
@@ -217,8 +217,8 @@ def summary_table(report: RunReport, width: int | None = None) -> Table:
         if header in drops:
             continue
         table.add_column(header, justify=justify, no_wrap=no_wrap,  # type: ignore[arg-type]
-                         max_width=route_max if header == "route" else None,
-                         min_width=12 if header.endswith(" ms") else None, overflow="fold")
+                         max_width=ROUTE_WIDTH if header == "route" else None,
+                         min_width=12 if header in ("p50 ms", "p99 ms") else None, overflow="fold")
     for candidate in report.candidates:
         stats = load_stats(candidate, load_index)
         route = Text(short_route(candidate, common=common))
@@ -229,15 +229,12 @@ def summary_table(report: RunReport, width: int | None = None) -> Table:
             build += " (c)"
         isolated = candidate.isolated.single_request_ms if candidate.isolated else None
         style = "bold green" if candidate.id == report.winner_id else ("red" if candidate.status in FAILED_STATUSES else "")
-        status: Text | str = candidate.status
-        if "route" in drops and candidate.status in FAILED_STATUSES and candidate.reason:
-            status = Text(candidate.status + " (see below)")
         cells: dict[str, Text | str] = {
             "": marks(report, candidate),
             "id": candidate.id,
             "family": candidate.family,
             "route": route,
-            "status": status,
+            "status": candidate.status,
             "backend": candidate.deploy.backend if candidate.deploy else "-",
             "build s": build,
             "p50 ms": fmt_interval(stats.p50_ms if stats else None),
@@ -359,7 +356,7 @@ def print_summary(report: RunReport, console: Console | None = None) -> None:
     renderables: list[Any] = []
     if report.candidates:
         renderables.append(summary_table(report, width=console.width))
-        if console.width < NARROW_BELOW:
+        if console.width < FULL_FROM:
             renderables.append(route_legend(report))
     else:
         renderables.append(Text(f"{report.model.name}: no candidates were planned", style="bold red"))

@@ -168,6 +168,7 @@ def test_tight_tolerance_rejects_reduced_precision_and_keeps_fp32(bench: ModuleT
 @pytest.mark.slow
 def test_report_pareto_and_heldout_acceptance(bench: ModuleType, outcome: Any) -> None:
     text = bench.format_outcome(outcome)
+    print(text, file=sys.stderr)  # the evidence, in the test log (pytest -s)
     for row in outcome.rows:
         for key in bench.SPECS:
             res = row.results[key]

@@ -161,3 +161,69 @@ def test_bad_spec(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text("search:\n  mode: sideways\n")
     _assert_one_line_error(_run_cli("tune", str(model), "--spec", str(spec), cwd=tmp_path), "search.mode")
+
+
+@pytest.mark.slow
+def test_tune_against_an_existing_server_uses_it_and_leaves_it_running(tmp_path: Path, triton_server) -> None:  # type: ignore[no-untyped-def]
+    """--triton-url: candidates are uploaded through the model-repository API; the server is not ours to stop."""
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    spec = dict(FAST_SPEC)
+    spec["families"] = {"onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "precision": "fp32"}},
+                        "openvino": {"enabled": False}, "graph": {"enabled": False},
+                        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}}}
+    spec["search"] = {"mode": "fast", "max_builds": 3}
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    repo, out = tmp_path / "repo", tmp_path / "run"
+    code = main(["tune", str(model), "--spec", str(spec_path), "--repository", str(repo), "--out", str(out),
+                 "--triton-url", triton_server.grpc_url, "--model-name", "tiny_remote"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["triton_mode"] == "remote" and report["status"] == "done"
+    assert triton_server.client().is_server_live(), "a server given by --triton-url must keep running"
+    loaded = {m.name for m in triton_server.client().get_model_repository_index().models if m.state == "READY"}
+    assert not any(name.startswith("c_") for name in loaded), f"candidates left loaded: {loaded}"
+    assert (repo / "tiny_remote" / str(report["promoted_version"]) / "provenance.json").is_file()
+
+
+@pytest.mark.slow
+def test_heldout_data_cannot_reach_selection(tmp_path: Path) -> None:
+    """Poison the held-out requests' reference outputs: if any screening, ranking or tie-break read them,
+    every candidate would be infeasible on the tuning split. Only the final acceptance may see them."""
+    import onnxruntime as ort
+
+    from gpt_triton.accuracy.reference import ReferenceSet, split_reference
+
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    inputs = [{"x": rng.random((1, 16), dtype=np.float32)} for _ in range(20)]
+    outputs = [{"y": session.run(None, request)[0]} for request in inputs]
+    heldout_fraction, seed = 0.3, 11
+    _, heldout = split_reference(ReferenceSet(inputs=inputs, outputs=outputs), heldout_fraction, seed)
+    for index in heldout.indices:
+        outputs[index] = {"y": outputs[index]["y"] + 100.0}  # wildly wrong: fails any tolerance
+    np.savez(tmp_path / "ref.npz", x=np.stack([r["x"] for r in inputs]), y=np.stack([o["y"] for o in outputs]))
+
+    spec = dict(FAST_SPEC)
+    spec["families"] = {"onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "precision": "fp32"}},
+                        "openvino": {"enabled": False}, "graph": {"enabled": False},
+                        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}}}
+    spec["search"] = {"mode": "fast", "max_builds": 3}
+    spec["accuracy"] = {"heldout_fraction": heldout_fraction, "split_seed": seed, "default": {"max_abs": 1e-3}}
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    repo, out = tmp_path / "repo", tmp_path / "run"
+    code = main(["tune", str(model), "--spec", str(spec_path), "--reference", str(tmp_path / "ref.npz"),
+                 "--repository", str(repo), "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())
+    screened = [c for c in report["candidates"] if c["accuracy"] is not None]
+    assert screened and all(c["accuracy"]["split"] == "tuning" and c["accuracy"]["passed"] for c in screened)
+    assert all(c["accuracy"]["requests"] == report["reference"]["tuning_requests"] for c in screened)
+    assert report["reference"]["heldout_requests"] == len(heldout.indices)
+    access = report["reference"]["heldout_access"]
+    assert len(access) == 1 and access[0]["caller"].endswith(":_accept_on_heldout")
+    # Acceptance saw the poison: nothing is promoted, and the run says why with a non-zero exit.
+    assert report["heldout"]["passed"] is False
+    assert code == 1 and report["winner_id"] is None
+    assert not (repo / "tiny").exists()

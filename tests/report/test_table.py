@@ -10,7 +10,7 @@ from rich.console import Console
 from gpt_triton.measure.records import Interval
 from gpt_triton.records import Gain, RunReport
 from gpt_triton.report import per_family_summary, print_summary, summary_table, verdict_lines
-from gpt_triton.report.table import break_even_inferences, fmt_ms, objective_value
+from gpt_triton.report.table import accuracy_text, break_even_inferences, fmt_ms, objective_value
 
 from .conftest import LOADS, candidate, make_report
 
@@ -143,14 +143,33 @@ def test_one_load_level_serves_any_load_index() -> None:
     assert per_family_summary(report)[0]["best_id"] == "b"
 
 
-@pytest.mark.parametrize("width", [100, 120, 200])
+@pytest.mark.parametrize("width", [80, 100, 120, 200])
 def test_table_is_not_cropped_on_common_terminal_widths(report: RunReport, width: int) -> None:
     out = _render(report, width=width)
-    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
-    assert table_lines
-    # rich crops a table wider than the console: its right border would then be missing.
-    assert all(line.rstrip()[-1] in "┓┃┩│┘" for line in table_lines)
-    assert "★" in out and "SIGSEGV" in out
+    assert max(len(line) for line in out.splitlines()) <= width
+    # rich crops a table wider than the console from the right: the rightmost figures would vanish.
+    for c in report.candidates:
+        assert c.id in out
+        acc = accuracy_text(report, c)
+        if c.accuracy is not None:
+            assert acc.split()[0] in out, acc
+    assert "★" in out and "SIGSEGV" in out and "NNCF needs calibration" in out  # reasons, in table or legend
+
+
+def test_narrow_console_moves_routes_to_a_legend(report: RunReport) -> None:
+    wide, narrow = _render(report, width=220), _render(report, width=100)
+    assert "routes (knobs shared by every candidate left out)" in narrow
+    assert "routes (knobs" not in wide
+    assert "-quant=u8s8" in narrow and "-quant=u8s8" in wide
+
+
+def test_route_column_shows_only_distinguishing_knobs() -> None:
+    shared = {"spinning": False, "arena": True}
+    cands = [candidate("a", "ort", {**shared, "level": "basic"}, "measured", base_ms=2.0, baseline=True),
+             candidate("b", "ort", {**shared, "level": "all"}, "measured", base_ms=1.0)]
+    report = make_report(candidates=cands, baseline_id="a", winner_id="b", selected_id="b")
+    routes = _column(summary_table(report), "route")
+    assert routes == ["-level=basic", "-level=all"]  # shared knobs and the shared serving route left out
 
 
 def test_per_family_follows_the_runs_accuracy_policy() -> None:
