@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from rich.console import Console
 
-    console = Console(stderr=False)
+    console = Console(log_path=False)
     report = tune(options, RichProgress(console))  # type: ignore[arg-type]
     try:
         from gpt_triton.report import print_summary

@@ -117,10 +117,20 @@ def _config_dims(tensor: TensorInfo, batched: bool) -> list[int]:
     return [d if isinstance(d, int) and d >= 0 else -1 for d in dims]
 
 
-def _serving_knobs(serving: Route, model: ModelInfo) -> dict[str, Any]:
+def _serving_knobs(serving: Route, model: ModelInfo, shapes: dict[str, list[int]]) -> dict[str, Any]:
     knobs = dict(serving.knobs)
     max_batch = knobs.get("max_batch_size")
-    knobs["max_batch_size"] = default_max_batch_size(model) if max_batch is None else int(max_batch)
+    # The tuned request itself must fit: its batch axis is the first dim of each input shape.
+    request_batch = max((shape[0] for shape in shapes.values() if shape), default=1) if model.batch_dynamic else 0
+    if max_batch is None:
+        knobs["max_batch_size"] = max(default_max_batch_size(model), request_batch)
+    else:
+        knobs["max_batch_size"] = int(max_batch)
+        if 0 < knobs["max_batch_size"] < request_batch:
+            raise GptTritonError(
+                f"serving route sets max_batch_size={max_batch} but requests carry batch {request_batch}; "
+                "raise max_batch_size or send smaller batches (--shape)"
+            )
     knobs["instance_count"] = int(knobs.get("instance_count", 1))
     knobs["dynamic_batching"] = bool(knobs.get("dynamic_batching", False))
     knobs["max_queue_delay_us"] = int(knobs.get("max_queue_delay_us", 0))
@@ -151,7 +161,7 @@ def model_config(
     backend: str,
 ) -> mc.ModelConfig:
     """The Triton ModelConfig of one candidate. ``shapes`` are per-request shapes (batch included)."""
-    knobs = _serving_knobs(serving, model)
+    knobs = _serving_knobs(serving, model, shapes)
     batched = knobs["max_batch_size"] > 0
     config = mc.ModelConfig(name=name, max_batch_size=knobs["max_batch_size"])
     if backend == "tensorrt":

@@ -4,8 +4,8 @@
   shared, noisy machine (other tenants, thermal, page cache) hits every candidate alike instead of
   whichever happened to be measured last. Each candidate gets a short warm-up before its first window.
 * Racing: every candidate first gets ``min_windows`` full windows (nothing is pruned on a cold or lucky
-  first window); after each later round, candidates whose objective interval lies entirely above the
-  leader's are dropped, and the remaining window budget goes to the contenders until each is stable
+  first window); after each later round, candidates whose objective interval (two-stage bootstrap over
+  windows, Bonferroni-adjusted for the number of contenders) lies entirely above the leader's are dropped, and the remaining window budget goes to the contenders until each is stable
   (perf_analyzer's rule) or has ``max_windows``.
 * Re-measure: a *separate* interleaved run of the finalists with fresh windows and seeds; the gain is
   computed on it, not on the windows that picked the winner (the winner's curse).
@@ -28,7 +28,7 @@ from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 from gpt_triton.records import Candidate
 from gpt_triton.spec import MeasureSpec, ObjectiveSpec
 
-RACING_RESAMPLES = 500  # quick intervals for drop decisions; final stats use spec.bootstrap_resamples
+RACING_RESAMPLES = 1000  # drop decisions read extreme quantiles (Bonferroni levels); final stats use the spec's
 
 
 @dataclass
@@ -45,6 +45,7 @@ class _Run:
     samples: dict[str, list[WindowSample]] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    intervals: dict[tuple[str, int, float], Interval | None] = field(default_factory=dict)  # (id, windows, level)
 
 
 def dedupe_key(candidate: Candidate) -> str:
@@ -106,22 +107,40 @@ class Measurer:
 
     # ------------------------------------------------------------ racing
 
-    def _race_interval(self, samples: list[WindowSample]) -> Interval | None:
+    def _race_level(self, contenders: int) -> float:
+        """Per-comparison confidence: each round compares every contender with the leader, so split
+        the error rate over the comparisons (Bonferroni, as Hoeffding races do); otherwise with 24
+        candidates at 95% about one good candidate would be dropped by chance every round."""
+        return 1.0 - (1.0 - self.spec.confidence) / max(1, contenders - 1)
+
+    def _race_interval(self, samples: list[WindowSample], level: float) -> Interval | None:
         metric = self.objective.metric
         if metric == "throughput":
-            tp = throughput_interval([s.result.throughput for s in samples], resamples=RACING_RESAMPLES)
-            return Interval(value=-tp.value, low=-tp.high, high=-tp.low)
+            tp = throughput_interval([s.result.throughput for s in samples], level, RACING_RESAMPLES)
+            return Interval(value=-tp.value, low=-tp.high, high=-tp.low, level=level)
         windows = [s.latencies_ms for s in samples if s.latencies_ms.size]
-        return window_bootstrap_interval(windows, metric, self.spec.confidence, RACING_RESAMPLES) if windows else None
+        return window_bootstrap_interval(windows, metric, level, RACING_RESAMPLES) if windows else None
+
+    def _fmt(self, iv: Interval) -> str:
+        if self.objective.metric == "throughput":  # stored negated (lower is better): show req/s
+            return f"{-iv.value:.4g} req/s [{-iv.high:.4g}, {-iv.low:.4g}]"
+        return f"{iv.value:.4g} ms [{iv.low:.4g}, {iv.high:.4g}]"
 
     def _race(self, run: _Run, log: list[str]) -> None:
         contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
-        intervals = {cid: self._race_interval(run.samples[cid]) for cid in contenders}
+        level = self._race_level(len(contenders))
+        for cid in contenders:  # stable candidates get no new windows: reuse their interval
+            key = (cid, len(run.samples[cid]), level)
+            if key not in run.intervals:
+                run.intervals[key] = self._race_interval(run.samples[cid], level)
+        intervals = {cid: run.intervals[(cid, len(run.samples[cid]), level)] for cid in contenders}
         slo = self.objective.slo_p99_ms
         if self.objective.metric == "throughput" and slo is not None:
             for cid in contenders:
-                p99 = window_bootstrap_interval([s.latencies_ms for s in run.samples[cid]], "p99",
-                                                self.spec.confidence, RACING_RESAMPLES)
+                windows = [s.latencies_ms for s in run.samples[cid] if s.latencies_ms.size]
+                if not windows:
+                    continue
+                p99 = window_bootstrap_interval(windows, "p99", level, RACING_RESAMPLES)
                 if p99.low > slo:
                     run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
                     self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
@@ -132,11 +151,10 @@ class Measurer:
         lead_iv, leader = ranked[0]
         for iv, cid in ranked[1:]:
             if iv.low > lead_iv.high:
+                worse = "below" if self.objective.metric == "throughput" else "above"
                 run.dropped[cid] = (
-                    f"{self.objective.metric} {abs(iv.value):.4g} [{iv.low:.4g}, {iv.high:.4g}] lies entirely "
-                    f"{'above' if self.objective.metric != 'throughput' else 'beyond'} leader {leader}'s "
-                    f"{abs(lead_iv.value):.4g} [{lead_iv.low:.4g}, {lead_iv.high:.4g}] after "
-                    f"{len(run.samples[cid])} windows"
+                    f"{self.objective.metric} {self._fmt(iv)} lies entirely {worse} leader {leader}'s "
+                    f"{self._fmt(lead_iv)} after {len(run.samples[cid])} windows"
                 )
                 self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
 

@@ -138,22 +138,70 @@ def overlaps(a: Interval, b: Interval) -> bool:
 
 
 class _TwoStage:
-    """Draws two-stage resamples from windows flattened into one array (a few numpy calls per draw)."""
+    """Two-stage resamples of windows, vectorised for the named statistics.
+
+    Windows are padded into a (k, max_n) array; a batch of draws picks k windows per draw, resamples
+    each chosen window to its own size, pads with +inf, sorts each draw once and reads every quantile
+    (numpy's linear interpolation, on each draw's own length) and the mean from it. A callable
+    statistic falls back to one draw at a time.
+    """
 
     def __init__(self, windows: Sequence[np.ndarray]) -> None:
-        self.pooled = np.concatenate(windows)
+        self.windows = list(windows)
         self.sizes = np.array([w.size for w in windows])
-        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
+        self.padded = np.full((len(windows), int(self.sizes.max())), np.inf)
+        for j, w in enumerate(windows):
+            self.padded[j, : w.size] = w
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         chosen = rng.integers(0, self.sizes.size, size=self.sizes.size)
-        sizes = self.sizes[chosen]
-        within = (rng.random(int(sizes.sum())) * np.repeat(sizes, sizes)).astype(np.int64)
-        return self.pooled[np.repeat(self.starts[chosen], sizes) + within]
+        return np.concatenate([self.windows[j][rng.integers(0, self.sizes[j], self.sizes[j])] for j in chosen])
+
+    def stats(self, statistic: Statistic | Callable[..., np.ndarray] | Sequence[Statistic], resamples: int,
+              rng: np.random.Generator) -> np.ndarray:
+        """(resamples, n_statistics) bootstrap replicates."""
+        names = [statistic] if isinstance(statistic, str) else statistic
+        if callable(names) or not all(isinstance(n, str) for n in names):
+            fn = statistic_fn(statistic)  # type: ignore[arg-type]
+            return np.array([[float(fn(self.draw(rng), axis=-1))] for _ in range(resamples)])
+        k, width = self.padded.shape
+        chunk = max(1, _MAX_BATCH_ELEMENTS // (k * width))
+        out = []
+        for first in range(0, resamples, chunk):
+            b = min(chunk, resamples - first)
+            chosen = rng.integers(0, k, size=(b, k))
+            sizes = self.sizes[chosen]  # (b, k)
+            within = (rng.random((b, k, width)) * sizes[..., None]).astype(np.int64)
+            values = self.padded[chosen[..., None], within]
+            values[np.arange(width) >= sizes[..., None]] = np.inf
+            flat = np.sort(values.reshape(b, -1), axis=1)
+            length = sizes.sum(axis=1)
+            rows = np.arange(b)
+            cols = []
+            for name in names:
+                if name == "mean":
+                    cols.append(np.where(np.isfinite(flat), flat, 0.0).sum(axis=1) / length)
+                    continue
+                pos = _QUANTILES[str(name)] / 100.0 * (length - 1)
+                lo = np.floor(pos).astype(np.int64)
+                hi = np.minimum(lo + 1, length - 1)
+                cols.append(flat[rows, lo] + (pos - lo) * (flat[rows, hi] - flat[rows, lo]))
+            out.append(np.stack(cols, axis=1))
+        return np.concatenate(out)
 
 
 def _clean(windows: Sequence[np.ndarray | Sequence[float]]) -> list[np.ndarray]:
     return [np.asarray(w, dtype=np.float64) for w in windows if len(w)]
+
+
+def _percentile_ci(boot: np.ndarray, point: np.ndarray, level: float) -> list[Interval]:
+    alpha = (1.0 - level) / 2.0
+    lows, highs = np.quantile(boot, alpha, axis=0), np.quantile(boot, 1.0 - alpha, axis=0)
+    out = []
+    for i in range(boot.shape[1]):
+        low, high = _finite(float(lows[i]), float(highs[i]), float(point[i]))
+        out.append(Interval(value=float(point[i]), low=low, high=high, level=level))
+    return out
 
 
 def window_bootstrap_interval(
@@ -168,14 +216,26 @@ def window_bootstrap_interval(
     parts = _clean(windows)
     if len(parts) < 3:
         return bootstrap_interval(np.concatenate(parts) if parts else [], statistic, level, resamples, seed)
-    fn = statistic_fn(statistic)
-    value = float(fn(np.concatenate(parts), axis=-1))
-    rng = np.random.default_rng(seed)
-    draws = _TwoStage(parts)
-    boot = np.array([float(fn(draws.draw(rng), axis=-1)) for _ in range(resamples)])
-    alpha = (1.0 - level) / 2.0
-    low, high = _finite(float(np.quantile(boot, alpha)), float(np.quantile(boot, 1.0 - alpha)), value)
-    return Interval(value=value, low=low, high=high, level=level)
+    point = np.array([float(statistic_fn(statistic)(np.concatenate(parts), axis=-1))])
+    boot = _TwoStage(parts).stats(statistic, resamples, np.random.default_rng(seed))
+    return _percentile_ci(boot, point, level)[0]
+
+
+def window_bootstrap_intervals(
+    windows: Sequence[np.ndarray | Sequence[float]],
+    statistics: Sequence[Statistic] = ("p50", "p90", "p99", "mean"),
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """:func:`window_bootstrap_interval` for several named statistics from the same draws (one pass)."""
+    parts = _clean(windows)
+    if len(parts) < 3:
+        return {str(name): window_bootstrap_interval(parts, name, level, resamples, seed) for name in statistics}
+    pooled = np.concatenate(parts)
+    point = np.array([float(statistic_fn(name)(pooled, axis=-1)) for name in statistics])
+    boot = _TwoStage(parts).stats(list(statistics), resamples, np.random.default_rng(seed))
+    return {str(name): iv for name, iv in zip(statistics, _percentile_ci(boot, point, level), strict=True)}
 
 
 def window_ratio_interval(
@@ -194,42 +254,7 @@ def window_ratio_interval(
     if min(len(base), len(win)) < 3:
         return ratio_interval(np.concatenate(base), np.concatenate(win), statistic, level, resamples, seed)
     fn = statistic_fn(statistic)
-    value = float(fn(np.concatenate(base), axis=-1)) / float(fn(np.concatenate(win), axis=-1))
+    point = np.array([float(fn(np.concatenate(base), axis=-1)) / float(fn(np.concatenate(win), axis=-1))])
     rng = np.random.default_rng(seed)
-    base_draws, win_draws = _TwoStage(base), _TwoStage(win)
-    boot = np.array([float(fn(base_draws.draw(rng), axis=-1)) / float(fn(win_draws.draw(rng), axis=-1))
-                     for _ in range(resamples)])
-    alpha = (1.0 - level) / 2.0
-    low, high = _finite(float(np.quantile(boot, alpha)), float(np.quantile(boot, 1.0 - alpha)), value)
-    return Interval(value=value, low=low, high=high, level=level)
-
-
-def window_bootstrap_intervals(
-    windows: Sequence[np.ndarray | Sequence[float]],
-    statistics: Sequence[Statistic] = ("p50", "p90", "p99", "mean"),
-    level: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> dict[str, Interval]:
-    """:func:`window_bootstrap_interval` for several named statistics from the same draws (one pass)."""
-    parts = _clean(windows)
-    if len(parts) < 3:
-        return {str(name): window_bootstrap_interval(parts, name, level, resamples, seed) for name in statistics}
-    qs = [_QUANTILES[name] for name in statistics if name in _QUANTILES]
-
-    def all_stats(x: np.ndarray) -> np.ndarray:
-        values = list(np.percentile(x, qs)) if qs else []
-        return np.asarray(values + ([float(x.mean())] if "mean" in statistics else []))
-
-    names = [name for name in statistics if name in _QUANTILES] + (["mean"] if "mean" in statistics else [])
-    point = all_stats(np.concatenate(parts))
-    rng = np.random.default_rng(seed)
-    draws = _TwoStage(parts)
-    boot = np.stack([all_stats(draws.draw(rng)) for _ in range(resamples)])
-    alpha = (1.0 - level) / 2.0
-    lows, highs = np.quantile(boot, alpha, axis=0), np.quantile(boot, 1.0 - alpha, axis=0)
-    out: dict[str, Interval] = {}
-    for i, name in enumerate(names):
-        low, high = _finite(float(lows[i]), float(highs[i]), float(point[i]))
-        out[name] = Interval(value=float(point[i]), low=low, high=high, level=level)
-    return out
+    boot = _TwoStage(base).stats(statistic, resamples, rng) / _TwoStage(win).stats(statistic, resamples, rng)
+    return _percentile_ci(boot, point, level)[0]

@@ -24,6 +24,8 @@ __all__ = [
 def load_report(run_dir: Path) -> RunReport:
     """Read RUN_DIR/report.json; a missing or corrupt file is a one-line GptTritonError."""
     path = Path(run_dir) / "report.json"
+    if Path(run_dir).is_file():
+        raise GptTritonError(f"{run_dir} is a file; pass the run directory that holds report.json ({Path(run_dir).parent})")
     if not Path(run_dir).is_dir():
         raise GptTritonError(f"run directory not found: {run_dir}; pass the directory `gpt-triton tune` wrote")
     if not path.is_file():

@@ -9,7 +9,9 @@ from gpt_triton.records import RunReport
 from gpt_triton.report.plots import PLOT_TITLES, plot_availability
 from gpt_triton.report.table import (
     FAILED_STATUSES,
+    _knob_text,
     accuracy_text,
+    common_knobs,
     fmt_interval,
     fmt_ms,
     marks,
@@ -64,11 +66,16 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
 
     out += ["", "## Candidates", "", f"Objective: {metric} at load index {load_index}. "
             "Marks: ★ winner, B baseline, s selected but not confirmed. Intervals are 95% bootstrap CIs.", ""]
+    common = common_knobs(report)
+    if any(common.values()):
+        out += ["Knobs every candidate of a route family shares (left out of the route column):", ""]
+        out += [f"- `{family}`: `{_cell(_knob_text(knobs)) or '-'}`" for family, knobs in sorted(common.items()) if knobs]
+        out += [""]
     rows: list[list[object]] = []
     for c in report.candidates:
         stats = c.latency[load_index] if load_index < len(c.latency) else (c.latency[0] if c.latency else None)
         rows.append([
-            marks(report, c), c.id, c.family, f"`{short_route(c, 80)}`", c.status,
+            marks(report, c), c.id, c.family, f"`{short_route(c, 100, common)}`", c.status,
             c.deploy.backend if c.deploy else "-",
             f"{c.build.seconds:.1f}" + (" (cached)" if c.build.cached else ""),
             fmt_interval(stats.p50_ms if stats else None), fmt_interval(stats.p99_ms if stats else None),
@@ -108,6 +115,12 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
             out += [f"### {title}", "", f"![{title}]({_link(plots[name], relative_to)})", ""]
         else:
             out += [f"### {title}", "", f"Not drawn: {reasons.get(name) or 'not rendered'}.", ""]
+
+    if report.candidates:
+        # The full route keys, defaults included: what a rebuild (or a bug report) needs verbatim.
+        out += ["<details><summary>Full routes</summary>", "", "```"]
+        out += [f"{c.id}  {c.route_text()}" for c in report.candidates]
+        out += ["```", "", "</details>", ""]
 
     if report.decisions:
         out += ["## Decisions", ""] + [f"{i}. {_cell(d)}" for i, d in enumerate(report.decisions, 1)] + [""]

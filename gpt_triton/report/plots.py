@@ -8,12 +8,9 @@ drawn empty when the run lacks its data; :func:`plot_availability` tells the Mar
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
+from typing import TYPE_CHECKING
 
 from gpt_triton.measure.records import Interval
 from gpt_triton.records import Candidate, RunReport
@@ -24,11 +21,16 @@ from gpt_triton.report.table import (
     objective,
 )
 
+if TYPE_CHECKING:  # matplotlib costs seconds to import; print_summary and report.md do not need it
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
 PLOT_TITLES = {
     "latency_distribution": "Latency distribution per candidate (measurement windows)",
     "latency_vs_throughput": "Latency vs throughput across load levels",
     "isolated_vs_served": "Isolated vs served ranking",
-    "remeasurement": "Winner re-measured against the baseline",
+    "remeasurement": "Re-measured gain: selected candidate vs baseline",
     "accuracy_pareto": "Accuracy-latency Pareto set",
     "build_cost": "Build cost per candidate",
 }
@@ -56,19 +58,33 @@ def _label(report: RunReport, candidate: Candidate) -> str:
 
 
 def _annotate(ax: Axes, points: list[tuple[str, float, float]]) -> None:
-    """Label points with their ids, stepping a label down when it would sit on its neighbour's."""
+    """Label points with their ids, stepping a label down when it would overprint an earlier one.
+
+    Call it last: overlap is judged in display pixels on the final limits (a "small" label is about
+    7 px per character and 12 px tall at this DPI), so it holds on log axes and for ids of any length."""
     if not points:
         return
-    xs, ys = [p[1] for p in points], [p[2] for p in points]
-    x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-    placed: list[tuple[float, float, int]] = []
+    ax.get_xlim(), ax.get_ylim()  # autoscaling is lazy: settle the limits before using transData
+    px_per_pt = (ax.figure.dpi if ax.figure else DPI) / 72.0
+    char_px, line_px = 7.0, 12.0
+    placed: list[tuple[float, float, float]] = []  # label left x, label baseline y, label width (px)
     for cid, x, y in sorted(points, key=lambda p: (p[1], p[2])):
-        crowd = sum(abs(x - px) < 0.06 * x_span and abs(y - py) < 0.04 * y_span for px, py, _ in placed)
-        ax.annotate(cid, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * crowd), fontsize="small")
-        placed.append((x, y, crowd))
+        px, py = ax.transData.transform((x, y))
+        for level in range(len(placed) + 1):
+            label_y = py + (4 - 11 * level) * px_per_pt
+            if not any(abs(px - qx) < width and abs(label_y - qy) < line_px for qx, qy, width in placed):
+                break
+        ax.annotate(cid, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * level), fontsize="small")
+        placed.append((px, label_y, char_px * (len(cid) + 2)))
+
+
+def _notable(report: RunReport, candidate: Candidate) -> bool:
+    return candidate.id in (report.winner_id, report.baseline_id, report.selected_id)
 
 
 def _color_legend(ax: Axes, extra: list[Line2D] | None = None, **kwargs: object) -> None:
+    from matplotlib.lines import Line2D
+
     handles = [Line2D([], [], marker=marker, linestyle="", color=color, label=label) for color, marker, label in (
         (WINNER, "o", "winner"), (BASELINE, "o", "baseline"), (OTHER, "o", "other"), (BAD, "x", "failed accuracy"))]
     ax.legend(handles=[*(extra or []), *handles], fontsize="small", **kwargs)  # type: ignore[call-overload]
@@ -173,27 +189,34 @@ def _isolated_points(report: RunReport) -> list[tuple[Candidate, float, float]]:
 
 
 def _isolated_vs_served(report: RunReport, fig: Figure) -> None:
-    from scipy.stats import spearmanr
+    """Rank against rank: the question is whether in-process timing would have *ordered* the candidates
+    as serving does (Spearman's rho is the correlation of exactly these ranks). Raw milliseconds differ
+    by the RPC overhead anyway, and ranks spread a tight cluster of candidates so every id is legible."""
+    from scipy.stats import rankdata, spearmanr
 
     points = _isolated_points(report)
-    ax = fig.subplots()
-    for c, iso, served in points:
-        failed = c.accuracy is not None and not c.accuracy.passed
-        ax.scatter(iso, served, color=_color(report, c), s=50, zorder=3, marker="x" if failed else "o")
-    _annotate(ax, [(c.id, iso, served) for c, iso, served in points])
     iso_ms, served_ms = [p[1] for p in points], [p[2] for p in points]
-    rank = "Spearman rho undefined (all tied)"
+    iso_rank, served_rank = rankdata(iso_ms), rankdata(served_ms)  # 1 = fastest; ties share a mean rank
+    ax = fig.subplots()
+    for (c, _, _), x, y in zip(points, iso_rank, served_rank, strict=True):
+        failed = c.accuracy is not None and not c.accuracy.passed
+        ax.scatter(x, y, color=_color(report, c), s=60, zorder=3, marker="x" if failed else "o")
+    named = [(c, float(x), float(y)) for (c, _, _), x, y in zip(points, iso_rank, served_rank, strict=True)
+             if len(points) <= 25 or _notable(report, c)]
+    title = "Spearman rho undefined (all tied)"
     if len(set(iso_ms)) > 1 and len(set(served_ms)) > 1:  # scipy warns and returns nan on a constant input
         rho, pvalue = (float(v) for v in spearmanr(iso_ms, served_ms))
-        rank = f"Spearman rho = {rho:.2f} (p = {pvalue:.2g}, n = {len(points)})"
-    low = min(min(p[1], p[2]) for p in points)
-    high = max(max(p[1], p[2]) for p in points)
-    diagonal = ax.plot([low, high], [low, high], linestyle="--", color="black", alpha=0.4, label="served = isolated")
-    ax.set_xlabel("isolated single-request latency (ms, in-process)")
-    ax.set_ylabel("served p50 latency (ms, through Triton)")
-    ax.set_title(f"{PLOT_TITLES['isolated_vs_served']}: {rank}")
+        title = f"Spearman rho = {rho:.2f} (p = {pvalue:.2g}, n = {len(points)})"
+    n = len(points)
+    diagonal = ax.plot([1, n], [1, n], linestyle="--", color="black", alpha=0.4, label="same rank")
+    ax.set_xlim(0.5, n + 0.5 + 0.12 * n)  # room for the labels right of the last point
+    ax.set_ylim(0.5, n + 0.5)
+    ax.set_xlabel(f"isolated rank (in-process single request, 1 = fastest; {min(iso_ms):.2f}-{max(iso_ms):.2f} ms)")
+    ax.set_ylabel(f"served rank (p50 through Triton; {min(served_ms):.2f}-{max(served_ms):.2f} ms)")
+    ax.set_title(f"{PLOT_TITLES['isolated_vs_served']}: {title}")
     ax.grid(alpha=0.3)
-    _color_legend(ax, extra=list(diagonal), loc="upper left")
+    _color_legend(ax, extra=list(diagonal), loc="best")
+    _annotate(ax, [(c.id, x, y) for c, x, y in named])
 
 
 def _interval_bar(ax: Axes, interval: Interval, y: float, color: str, marker: str, alpha: float, label: str | None) -> None:
@@ -208,8 +231,12 @@ def _remeasurement(report: RunReport, fig: Figure) -> None:
     _, load_index = objective(report)
     metric = gain.metric
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    # The gain is the *selected* candidate's; when its gain was not significant the baseline was kept and
+    # the selected candidate is the one that lost, so it is named as such.
+    contender = report.selected_id or report.winner_id
+    role = "winner" if contender == report.winner_id and contender != report.baseline_id else "selected (not promoted)"
     rows = [("baseline", report.baseline_id, gain.baseline_ms, gain.remeasured_baseline, BASELINE),
-            ("winner", report.winner_id, gain.winner_ms, gain.remeasured_winner, WINNER)]
+            (role, contender, gain.winner_ms, gain.remeasured_winner, WINNER if role == "winner" else OTHER)]
     known = {c.id for c in report.candidates}
     for pos, (_, cid, point_ms, stats, color) in enumerate(rows):
         screening = metric_interval(load_stats(report.candidate(cid), load_index), metric) if cid in known and cid else None
@@ -227,6 +254,8 @@ def _remeasurement(report: RunReport, fig: Figure) -> None:
     left.set_title("screening vs re-measurement")
     left.grid(axis="x", alpha=0.3)
     # Neutral legend markers: colour means baseline/winner here, shape means screening/re-measurement.
+    from matplotlib.lines import Line2D
+
     left.legend(handles=[Line2D([], [], marker="s", color="black", alpha=0.45, label="screening (95% CI)"),
                          Line2D([], [], marker="D", color="black", label="re-measured")], fontsize="small", loc="best")
     r = gain.ratio
@@ -238,7 +267,8 @@ def _remeasurement(report: RunReport, fig: Figure) -> None:
                       label=f"selection estimate {gain.selection_estimate_ratio:.2f}")
     right.axvline(1.0, color="black", linestyle="--", alpha=0.5, label="no gain (1.0)")
     right.set_yticks([])
-    right.set_xlabel("baseline / winner (>1: winner faster)")
+    _log_if_wide(right, [r.low, r.high, 1.0, gain.selection_estimate_ratio or 1.0], "x")
+    right.set_xlabel(f"{metric} gain ratio (>1: {contender} better)")
     right.set_title("ratio: " + ("significant (CI excludes 1.0)" if gain.significant else "not significant (CI includes 1.0)"))
     right.grid(axis="x", alpha=0.3)
     right.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.22))
@@ -279,7 +309,6 @@ def _accuracy_pareto(report: RunReport, fig: Figure) -> None:
         on_front = c.id in front
         ax.scatter(lat, margin, s=90 if on_front else 40, marker="x" if failed else "o", zorder=3,
                    color=_color(report, c), edgecolors="black" if on_front and not failed else None)
-    _annotate(ax, [(c.id, lat, m) for c, lat, m in points])
     ordered = sorted((lat, m) for c, lat, m in points if c.id in front)
     extra = list(ax.plot([p[0] for p in ordered], [p[1] for p in ordered], drawstyle="steps-post", color="black",
                          alpha=0.5, label=f"Pareto set ({len(ordered)}, circled)"))
@@ -289,6 +318,8 @@ def _accuracy_pareto(report: RunReport, fig: Figure) -> None:
     ax.set_title(f"{PLOT_TITLES['accuracy_pareto']} (dotted line: tolerance)")
     ax.grid(alpha=0.3)
     _color_legend(ax, extra=extra)
+    # With many points only those a reader looks for are named: Pareto set, winner, baseline, selected pick.
+    _annotate(ax, [(c.id, lat, m) for c, lat, m in points if len(points) <= 12 or c.id in front or _notable(report, c)])
 
 
 def _build_cost(report: RunReport, fig: Figure) -> None:
@@ -353,12 +384,18 @@ def _figure_size(report: RunReport, name: str) -> tuple[float, float]:
     return (8.5, 6.0)
 
 
-def render_plots(report: RunReport, out_dir: Path) -> dict[str, Path]:
-    """Draw every plot the run has data for into ``out_dir``; returns name -> PNG path."""
+def render_plots(report: RunReport, out_dir: Path, names: Iterable[str] | None = None) -> dict[str, Path]:
+    """Draw every plot the run has data for (or only ``names``) into ``out_dir``; returns name -> PNG path."""
+    wanted = set(PLOT_TITLES if names is None else names)
+    unknown = wanted - set(PLOT_TITLES)
+    if unknown:
+        raise ValueError(f"unknown plot(s) {sorted(unknown)}; known: {sorted(PLOT_TITLES)}")
+    from matplotlib.figure import Figure
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for name, reason in plot_availability(report).items():
-        if reason is not None:
+        if reason is not None or name not in wanted:
             continue
         fig = Figure(figsize=_figure_size(report, name), dpi=DPI, layout="constrained")
         DRAW[name](report, fig)

@@ -268,7 +268,15 @@ def break_even_inferences(report: RunReport) -> float | None:
     gain = report.gain
     if gain is None or report.tuning_seconds <= 0 or report.winner_id in (None, report.baseline_id):
         return None  # the baseline was kept: tuning bought nothing to pay back
-    saved_s = (gain.baseline_ms - gain.winner_ms) / 1000.0
+    if gain.metric == "throughput":
+        # Gain's *_ms are p99 latencies here; the time an inference costs at capacity is 1/throughput.
+        base = metric_interval(gain.remeasured_baseline, "throughput")
+        win = metric_interval(gain.remeasured_winner, "throughput")
+        if base is None or win is None or base.value <= 0 or win.value <= 0:
+            return None
+        saved_s = 1.0 / base.value - 1.0 / win.value
+    else:
+        saved_s = (gain.baseline_ms - gain.winner_ms) / 1000.0
     if saved_s <= 0:
         return None
     return report.tuning_seconds / saved_s
@@ -291,9 +299,10 @@ def verdict_lines(report: RunReport) -> list[tuple[str, str]]:
         r = gain.ratio
         # The gain is of the selected candidate; when the baseline was kept, the winner is not it.
         contender = report.selected_id or winner
+        latency = "p99 " if gain.metric == "throughput" else ""  # Gain's *_ms are p99s for a throughput objective
         text = (
-            f"{gain.metric}: baseline {fmt_ms(gain.baseline_ms)} ms -> {contender} {fmt_ms(gain.winner_ms)} ms, "
-            f"ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI)"
+            f"{gain.metric} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI); "
+            f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {contender} {fmt_ms(gain.winner_ms)} ms"
         )
         if gain.selection_estimate_ratio is not None:
             text += f"; selection estimated {gain.selection_estimate_ratio:.3f} (winner's curse {gain.selection_estimate_ratio - r.value:+.3f})"

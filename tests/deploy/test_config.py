@@ -193,3 +193,13 @@ def test_missing_artifact_file_leaves_nothing_behind(tmp_path: Path, conv_attent
     with pytest.raises(GptTritonError, match="artifact file .*model.xml is missing"):
         write_model(tmp_path / "repo", "cand", info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python")
     assert list((tmp_path / "repo").iterdir()) == []
+
+
+def test_request_batch_must_fit_max_batch_size(conv_info: ModelInfo) -> None:
+    artifact = _artifact("onnxruntime")
+    shapes = {"images": [16, 3, 64, 64]}
+    config = model_config("m", conv_info, shapes, artifact, Route(family="serving"), "python")
+    assert config.max_batch_size == 16  # the default grows to the tuned request's batch
+    assert config.model_warmup[0].batch_size == 16
+    with pytest.raises(GptTritonError, match="max_batch_size=4 but requests carry batch 16"):
+        model_config("m", conv_info, shapes, artifact, Route(family="serving", knobs={"max_batch_size": 4}), "python")

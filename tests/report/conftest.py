@@ -4,6 +4,7 @@ levels, bootstrap intervals, some crashed/infeasible/failed-accuracy candidates,
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,3 +128,15 @@ def make_report(**overrides: Any) -> RunReport:
 @pytest.fixture
 def report() -> RunReport:
     return make_report()
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory with make_report()'s report.json rendered once (plots take seconds on 2 cores);
+    tests only read it - copy it before changing anything."""
+    from gpt_triton.report import render_report
+
+    run_dir = tmp_path_factory.mktemp("rendered")
+    (run_dir / "report.json").write_text(make_report().model_dump_json())
+    render_report(run_dir)
+    return run_dir

@@ -30,13 +30,11 @@ def assert_valid_png(path: Path) -> None:
     assert 0.02 < inked < 0.9, f"{path.name}: {inked:.1%} of pixels inked"
 
 
-def test_all_plots_for_a_full_run(report: RunReport, tmp_path: Path) -> None:
-    plots = render_plots(report, tmp_path)
-    assert set(plots) == set(PLOT_TITLES)
-    for path in plots.values():
-        assert path.parent == tmp_path
-        assert_valid_png(path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.png" for n in PLOT_TITLES)  # no temp files
+def test_all_plots_for_a_full_run(rendered: Path) -> None:
+    plots_dir = rendered / "plots"
+    assert sorted(p.name for p in plots_dir.iterdir()) == sorted(f"{n}.png" for n in PLOT_TITLES)  # no temp files
+    for name in PLOT_TITLES:
+        assert_valid_png(plots_dir / f"{name}.png")
 
 
 def test_missing_isolated_and_gain_are_skipped_with_reasons(tmp_path: Path) -> None:
@@ -79,7 +77,8 @@ def test_no_candidates_draws_nothing(tmp_path: Path) -> None:
 def test_gain_whose_candidates_are_unknown_still_plots(tmp_path: Path) -> None:
     # A report resumed from an older run may name a baseline that is no longer in the candidate list.
     report = make_report(baseline_id="gone")
-    plots = render_plots(report, tmp_path)
+    plots = render_plots(report, tmp_path, names=["remeasurement"])
+    assert set(plots) == {"remeasurement"}
     assert_valid_png(plots["remeasurement"])
 
 
@@ -103,8 +102,8 @@ def test_non_finite_and_tied_values_do_not_break_plots(tmp_path: Path) -> None:
     accuracy = report.candidate("c04").accuracy
     assert accuracy is not None
     accuracy.min_margin = float("inf")
-    plots = render_plots(report, tmp_path)
-    assert set(plots) == set(PLOT_TITLES)
+    plots = render_plots(report, tmp_path, names=["isolated_vs_served", "accuracy_pareto"])
+    assert set(plots) == {"isolated_vs_served", "accuracy_pareto"}
     for path in plots.values():
         assert_valid_png(path)
 
@@ -114,10 +113,10 @@ def test_remeasurement_plot_with_and_without_remeasured_stats(tmp_path: Path, me
     report = make_report(spec={"objective": {"metric": metric, "load_index": 0}})
     assert report.gain is not None
     report.gain.metric = metric
-    plots = render_plots(report, tmp_path / "with")
+    plots = render_plots(report, tmp_path / "with", names=["remeasurement"])
     assert_valid_png(plots["remeasurement"])
     report.gain.remeasured_baseline = report.gain.remeasured_winner = None  # an older run: points only
-    plots = render_plots(report, tmp_path / "without")
+    plots = render_plots(report, tmp_path / "without", names=["remeasurement"])
     assert_valid_png(plots["remeasurement"])
 
 
@@ -129,7 +128,13 @@ def test_point_estimate_outside_its_interval_and_heavy_tails(tmp_path: Path) -> 
     report.gain.ratio.high = report.gain.ratio.value * 0.99
     for window in report.candidate("c00").latency[0].windows:
         window.p99_ms *= 60  # a 300 ms tail beside 2 ms medians: drawn on a log axis
-    plots = render_plots(report, tmp_path)
-    assert set(plots) == set(PLOT_TITLES)
+    drawn = ["latency_distribution", "latency_vs_throughput", "remeasurement", "accuracy_pareto"]
+    plots = render_plots(report, tmp_path, names=drawn)
+    assert set(plots) == set(drawn)
     for path in plots.values():
         assert_valid_png(path)
+
+
+def test_unknown_plot_name_is_rejected(report: RunReport, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown plot"):
+        render_plots(report, tmp_path, names=["pie_chart"])

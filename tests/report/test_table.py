@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -191,3 +192,30 @@ def test_throughput_objective_respects_the_p99_slo() -> None:
             assert stats.p99_ms is not None and stats.p99_ms.value <= 3.0
     assert families["ort"]["best_id"] is None  # every eligible ort candidate misses the SLO
     assert families["openvino"]["best_id"] == "c05"
+
+
+def test_break_even_for_a_throughput_objective_uses_throughputs() -> None:
+    report = make_report(spec={"objective": {"metric": "throughput"}})
+    assert report.gain is not None and report.gain.remeasured_baseline and report.gain.remeasured_winner
+    report.gain.metric = "throughput"
+    base = report.gain.remeasured_baseline.throughput
+    win = report.gain.remeasured_winner.throughput
+    assert base is not None and win is not None
+    assert break_even_inferences(report) == pytest.approx(report.tuning_seconds / (1 / base.value - 1 / win.value))
+    assert "p99 baseline" in dict(verdict_lines(report))["re-measured gain"]
+    report.gain.remeasured_winner = None  # without re-measured throughputs there is nothing to compute from
+    assert break_even_inferences(report) is None
+
+
+def test_summary_does_not_import_matplotlib() -> None:
+    """`gpt-triton tune` prints the summary at the end of a run; it should not pay for matplotlib."""
+    import subprocess
+    import sys
+
+    code = ("import sys, io; from rich.console import Console; from gpt_triton.report import print_summary; "
+            "from tests.report.conftest import make_report; "
+            "print_summary(make_report(), Console(file=io.StringIO())); print('matplotlib' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
