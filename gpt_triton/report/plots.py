@@ -53,7 +53,9 @@ def _color(report: RunReport, candidate: Candidate) -> str:
 
 
 def _label(report: RunReport, candidate: Candidate) -> str:
-    roles = [role for role, cid in (("winner", report.winner_id), ("baseline", report.baseline_id)) if cid == candidate.id]
+    selected = report.selected_id if report.selected_id != report.winner_id else None  # not confirmed
+    roles = [role for role, cid in (("winner", report.winner_id), ("baseline", report.baseline_id),
+                                    ("selected", selected)) if cid == candidate.id]
     return f"{candidate.id} {candidate.family}" + (f" ({', '.join(roles)})" if roles else "")
 
 
@@ -161,7 +163,7 @@ def _latency_vs_throughput(report: RunReport, fig: Figure) -> None:
             hi.append(high)
         if not xs:
             continue
-        special = candidate.id in (report.winner_id, report.baseline_id)
+        special = _notable(report, candidate)
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=_label(report, candidate), color=color, linestyle=style,
                     linewidth=2.2 if special else 1.0, alpha=1.0 if special else 0.7)
         if special:  # name the load level at each point of the two lines people compare
