@@ -29,7 +29,7 @@ $(DEMO_MODEL): $(STAMP) gpt_triton/testing/models.py examples/make_models.py
 
 demo: setup $(DEMO_MODEL)
 	$(BIN)/gpt-triton tune $(DEMO_MODEL) --spec examples/demo.yaml --repository model_repository --out runs/demo
-	$(BIN)/gpt-triton report runs/demo
+
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu and not cluster" $(PYTEST_ARGS)

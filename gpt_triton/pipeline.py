@@ -99,7 +99,7 @@ class Run:
         from gpt_triton.environment import machine
 
         self.report = RunReport(
-            run_id=run_id, tool_version=__version__, created=_now(), model=info, shapes=shapes,
+            run_id=run_id, run_dir=str(self.run_dir), tool_version=__version__, created=_now(), model=info, shapes=shapes,
             spec=self.spec.model_dump(mode="json"), machine=machine(),
             triton_mode="remote" if options.triton_url else "embedded",
         )
@@ -364,6 +364,8 @@ def _finish(run: Run, heldout, repository: Path, signing_key, staging: Path) -> 
                     estimate = base_value / win_value
                 report.gain = gain(results[baseline.id], results[winner.id], spec.objective, spec.measure.confidence,
                                    spec.measure.bootstrap_resamples, estimate)
+                report.gain.remeasured_baseline = results[baseline.id].stats
+                report.gain.remeasured_winner = results[winner.id].stats
             unload(server, loaded)
         g: Gain | None = report.gain
         if g is not None:

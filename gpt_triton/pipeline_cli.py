@@ -62,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         console.print(f"report: {report.run_id}")
     else:
+        from gpt_triton.report import render_report
+
         print_summary(report, console)
+        markdown = render_report(Path(report.run_dir))
+        console.print(f"report: {markdown} (plots in {markdown.parent / 'plots'})")
     if report.winner_id is None:
         import sys
 

@@ -80,6 +80,7 @@ class Machine(BaseModel):
 
 class RunReport(BaseModel):
     run_id: str
+    run_dir: str = ""
     tool_version: str
     created: str
     model: ModelInfo
