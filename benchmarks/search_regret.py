@@ -1,6 +1,6 @@
 """What does racing cost in selection quality, and what does it save? (a benchmark script, not a test)
 
-Deploys N ONNX Runtime variants of the bundled conv+attention model (graph optimisation level x intra-op
+Deploys N ONNX Runtime variants of the bundled conv+attention (or ResNet-style) model (graph optimisation level x intra-op
 threads x spinning, served by the python-backend adapter) on one embedded Triton, then measures them
 twice with :class:`gpt_triton.measure.harness.Measurer`, in one run:
 
@@ -32,7 +32,7 @@ from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.select import select
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.testing.models import build_conv_attention
+from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 
 LEVELS = ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]
 THREADS = [0, 1, 2]
@@ -67,11 +67,14 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=6, help="windows per candidate when exhaustive (= max_windows)")
     parser.add_argument("--metric", default="p50", choices=["p50", "p90", "p99", "mean"])
     parser.add_argument("--limit", type=int, default=0, help="use only the first N candidates (0: all 24)")
+    parser.add_argument("--model", default="conv_attention", choices=["conv_attention", "resnet"],
+                        help="resnet (~19 ms/inference) spreads the variants wider than conv_attention (~2 ms)")
     args = parser.parse_args()
     objective = ObjectiveSpec(metric=args.metric)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        model_path = build_conv_attention(root / "model" / "model.onnx")
+        build = build_resnet_cnn if args.model == "resnet" else build_conv_attention
+        model_path = build(root / "model" / "model.onnx")
         info = inspect_model(model_path)
         shapes = resolve_shapes(info, {})
         rng = np.random.default_rng(0)
@@ -108,7 +111,8 @@ def main() -> None:
     fastest = min(truth, key=truth.__getitem__)
     regret = truth[won.winner_id] / truth[fastest] - 1.0
     dropped = sum(1 for line in race_log if line.startswith("racing: dropped"))
-    print(f"objective: {args.metric} at concurrency 1; {len(base)} candidates; windows of {args.window} s")
+    print(f"model {args.model}; objective: {args.metric} at concurrency 1; {len(base)} candidates; "
+          f"windows of {args.window} s")
     print(f"exhaustive: {ex_w} windows, {ex_s:.0f} s; fastest {fastest} {truth[fastest]:.3f} ms; "
           f"selected {best.winner_id} (ties: {', '.join(best.ties) or 'none'})")
     print(f"racing:     {race_w} windows, {race_s:.0f} s; dropped {dropped}; selected {won.winner_id} "

@@ -40,9 +40,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_on_sigterm() -> None:
+    """Kubernetes stops a pod with SIGTERM: unwind like Ctrl-C so embedded servers and temp files are cleaned."""
+    import signal
+    import threading
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # the console entry point, not a test calling main([...])
+        _terminate_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except GptTritonError as exc:
