@@ -229,3 +229,37 @@ def test_heldout_data_cannot_reach_selection(tmp_path: Path) -> None:
     assert report["heldout"]["passed"] is False
     assert code == 1 and report["winner_id"] is None
     assert not (repo / "tiny").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path, spec_file: Path, signum: str) -> None:
+    import signal
+    import time
+
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    repo = tmp_path / "repo"
+    proc = subprocess.Popen([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec_file),
+                             "--repository", str(repo), "--out", str(tmp_path / "run")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        server: psutil.Process | None = None
+        while server is None and proc.poll() is None and time.monotonic() < deadline:
+            ready = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                     if p.name() == "triton_python_backend_stub"]  # a candidate is loaded: mid-run
+            if ready:
+                server = ready[0].parent()
+            else:
+                time.sleep(0.2)  # polling a condition with a deadline, not synchronising on time
+        assert server is not None and server.name() == "tritonserver", "the run never reached a loaded candidate"
+        proc.send_signal(getattr(signal, signum))
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "error: interrupted" in proc.stderr.read()  # type: ignore[union-attr]
+    server_gone = not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
+    assert server_gone, "the embedded Triton outlived an interrupted run"
+    assert not (repo / "tiny").exists(), "an interrupted run must not promote"
