@@ -169,6 +169,27 @@ def unload(server, candidates: Sequence[Candidate]) -> None:  # type: ignore[no-
                 server.unload(candidate.deploy.model_name)
 
 
+def _reuse_measurements(run: Run, batch: Sequence[Candidate], cache) -> set[str]:  # type: ignore[no-untyped-def]
+    """--resume: a candidate already built, screened and measured in this run directory is not measured again
+    (the final re-measurement on a fresh server still checks any gain it claims)."""
+    reused: set[str] = set()
+    for candidate in batch:
+        previous = cache.get(candidate.id)
+        if previous is None or candidate.status != "built":
+            continue
+        if previous.status == "measured" and previous.latency:
+            candidate.latency, candidate.accuracy, candidate.isolated = previous.latency, previous.accuracy, previous.isolated
+            candidate.status = "measured"
+        elif previous.status == "infeasible" and previous.accuracy is not None:
+            candidate.accuracy, candidate.status, candidate.reason = previous.accuracy, "infeasible", previous.reason
+        else:
+            continue
+        reused.add(candidate.id)
+    if reused:
+        run.decide(f"resume: {len(reused)} candidates keep their earlier screening and measurement from the tuning cache")
+    return reused
+
+
 def screen_accuracy(run: Run, grpc_url: str, candidates: Sequence[Candidate], tuning) -> None:  # type: ignore[no-untyped-def]
     """Accuracy on the tuning split through Triton; a failing candidate becomes infeasible (not timed)."""
     from gpt_triton.accuracy.compare import compare_requests, eligible
@@ -278,8 +299,10 @@ def _tune(run: Run, ref, repository: Path, signing_key, split_reference, save_ca
                 build_candidates(batch, context, run.run_dir / "artifacts", spec.search, cache=cache,
                                  progress=lambda c: advance(f"{c.id} {c.status}"))
             run.save()
-            with run.progress.bar(f"deploying {len(batch)} candidates", len(batch)) as advance:
-                loaded = deploy(run, server, batch, staging, advance)
+            reused = _reuse_measurements(run, batch, cache)
+            wanted = [c for c in batch if c.id not in reused or (c.is_baseline and tuning.outputs is None)]
+            with run.progress.bar(f"deploying {len(wanted)} candidates", len(wanted)) as advance:
+                loaded = deploy(run, server, wanted, staging, advance)
             if tuning.outputs is None:
                 baseline = next((c for c in loaded if c.is_baseline), None)
                 if baseline is None:

@@ -38,6 +38,16 @@ FAST_SPEC = {
 }
 
 
+def tiny_spec() -> dict:  # type: ignore[type-arg]
+    """Three ONNX Runtime routes of the tiny MLP: enough for every stage, seconds to run."""
+    spec = dict(FAST_SPEC)
+    spec["families"] = {"onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "precision": "fp32"}},
+                        "openvino": {"enabled": False}, "graph": {"enabled": False},
+                        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}}}
+    spec["search"] = {"mode": "fast", "max_builds": 3}
+    return spec
+
+
 def _tritonserver_children() -> list[psutil.Process]:
     """tritonserver processes this test process started (other suites may run servers of their own)."""
     return [p for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"]
@@ -169,11 +179,7 @@ def test_bad_spec(tmp_path: Path) -> None:
 def test_tune_against_an_existing_server_uses_it_and_leaves_it_running(tmp_path: Path, triton_server) -> None:  # type: ignore[no-untyped-def]
     """--triton-url: candidates are uploaded through the model-repository API; the server is not ours to stop."""
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
-    spec = dict(FAST_SPEC)
-    spec["families"] = {"onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "precision": "fp32"}},
-                        "openvino": {"enabled": False}, "graph": {"enabled": False},
-                        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}}}
-    spec["search"] = {"mode": "fast", "max_builds": 3}
+    spec = tiny_spec()
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     repo, out = tmp_path / "repo", tmp_path / "run"
@@ -207,11 +213,7 @@ def test_heldout_data_cannot_reach_selection(tmp_path: Path) -> None:
         outputs[index] = {"y": outputs[index]["y"] + 100.0}  # wildly wrong: fails any tolerance
     np.savez(tmp_path / "ref.npz", x=np.stack([r["x"] for r in inputs]), y=np.stack([o["y"] for o in outputs]))
 
-    spec = dict(FAST_SPEC)
-    spec["families"] = {"onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "precision": "fp32"}},
-                        "openvino": {"enabled": False}, "graph": {"enabled": False},
-                        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}}}
-    spec["search"] = {"mode": "fast", "max_builds": 3}
+    spec = tiny_spec()
     spec["accuracy"] = {"heldout_fraction": heldout_fraction, "split_seed": seed, "default": {"max_abs": 1e-3}}
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
@@ -263,3 +265,26 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
     server_gone = not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
     assert server_gone, "the embedded Triton outlived an interrupted run"
     assert not (repo / "tiny").exists(), "an interrupted run must not promote"
+
+
+@pytest.mark.slow
+def test_resume_reuses_builds_and_measurements_and_repeat_check_reports_agreement(tmp_path: Path) -> None:
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec()))
+    out = tmp_path / "run"
+    args = ["tune", str(model), "--spec", str(spec_path), "--out", str(out), "--no-promote"]
+    assert main(args) == 0
+    first = json.loads((out / "report.json").read_text())
+    assert main([*args, "--resume", "--repeat-check"]) == 0
+    second = json.loads((out / "report.json").read_text())
+    assert {c["id"] for c in second["candidates"]} == {c["id"] for c in first["candidates"]}
+    built_before = {c["id"] for c in first["candidates"] if c["status"] == "measured"}
+    for candidate in second["candidates"]:
+        if candidate["id"] in built_before:
+            assert candidate["build"]["cached"] is True, "a resumed run must not rebuild"
+    assert any(d.startswith("resume:") for d in second["decisions"])
+    repeat = second["repeat_check"]
+    assert repeat["verdict"] in {"agree", "tie", "disagree"}
+    assert repeat["first"] in built_before and repeat["second"] in built_before
+    assert not (tmp_path / "model_repository").exists()
