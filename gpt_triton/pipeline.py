@@ -20,13 +20,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpt_triton import __version__
-from gpt_triton.accuracy.reference import ReferenceSet
+from gpt_triton.accuracy.reference import HeldOut, ReferenceSet
 from gpt_triton.errors import GptTritonError
 from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
 from gpt_triton.records import Candidate, Gain, RunReport
 from gpt_triton.routes._base import BuildContext
+from gpt_triton.select import Selection
 from gpt_triton.server import TritonServer
 from gpt_triton.spec import TuneSpec
+from gpt_triton.tuning_cache import TuningCache
 
 Log = Callable[[str], None]
 Advance = Callable[[str], None]  # one step done; the text says what
@@ -134,7 +136,7 @@ def open_server(run: Run, staging: Path, label: str) -> Iterator[TritonServer]:
         yield embedded
 
 
-def deploy(run: Run, server, candidates: Sequence[Candidate], staging: Path, advance: Advance | None = None,  # type: ignore[no-untyped-def]
+def deploy(run: Run, server: TritonServer, candidates: Sequence[Candidate], staging: Path, advance: Advance | None = None,
            suffix: str = "") -> list[Candidate]:
     """Write each built candidate as a Triton model and load it; a load failure marks it failed."""
     from gpt_triton.deploy import choose_backend, write_model
@@ -162,14 +164,14 @@ def deploy(run: Run, server, candidates: Sequence[Candidate], staging: Path, adv
     return loaded
 
 
-def unload(server, candidates: Sequence[Candidate]) -> None:  # type: ignore[no-untyped-def]
+def unload(server: TritonServer, candidates: Sequence[Candidate]) -> None:
     for candidate in candidates:
         if candidate.deploy is not None:
             with contextlib.suppress(Exception):
                 server.unload(candidate.deploy.model_name)
 
 
-def _reuse_measurements(run: Run, batch: Sequence[Candidate], cache) -> set[str]:  # type: ignore[no-untyped-def]
+def _reuse_measurements(run: Run, batch: Sequence[Candidate], cache: TuningCache) -> set[str]:
     """--resume: a candidate already built, screened and measured in this run directory is not measured again
     (the final re-measurement on a fresh server still checks any gain it claims)."""
     reused: set[str] = set()
@@ -190,11 +192,12 @@ def _reuse_measurements(run: Run, batch: Sequence[Candidate], cache) -> set[str]
     return reused
 
 
-def screen_accuracy(run: Run, grpc_url: str, candidates: Sequence[Candidate], tuning) -> None:  # type: ignore[no-untyped-def]
+def screen_accuracy(run: Run, grpc_url: str, candidates: Sequence[Candidate], tuning: ReferenceSet) -> None:
     """Accuracy on the tuning split through Triton; a failing candidate becomes infeasible (not timed)."""
     from gpt_triton.accuracy.compare import compare_requests, eligible
     from gpt_triton.accuracy.validate import infer_requests
 
+    assert tuning.outputs is not None, "screening needs reference outputs (recorded, or the baseline's)"
     outputs = [t.name for t in run.info.outputs]
     for candidate in candidates:
         assert candidate.deploy is not None
@@ -212,7 +215,7 @@ def screen_accuracy(run: Run, grpc_url: str, candidates: Sequence[Candidate], tu
             run.decide(f"{candidate.id}: infeasible on the tuning split: {why}")
 
 
-def reference_outputs_from_baseline(run: Run, grpc_url: str, baseline: Candidate, ref):  # type: ignore[no-untyped-def]
+def reference_outputs_from_baseline(run: Run, grpc_url: str, baseline: Candidate, ref: ReferenceSet) -> ReferenceSet:
     """Without recorded outputs, what the default route serves today is the reference."""
     from gpt_triton.accuracy.validate import infer_requests
 
@@ -223,12 +226,7 @@ def reference_outputs_from_baseline(run: Run, grpc_url: str, baseline: Candidate
 
 def tune(options: TuneOptions, progress: Progress | None = None) -> RunReport:
     """Run every stage; returns the report (also saved as RUN_DIR/report.json)."""
-    from gpt_triton.accuracy.reference import (
-        load_reference,
-        save_calibration_npz,
-        split_reference,
-        synthesize_reference,
-    )
+    from gpt_triton.accuracy.reference import load_reference, synthesize_reference
 
     spec = options.spec
     info = inspect_model(options.model)
@@ -248,7 +246,7 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> RunReport:
 
     run = Run(options, info, shapes, progress or Progress())
     try:
-        _tune(run, ref, repository, signing_key, split_reference, save_calibration_npz)
+        _tune(run, ref, repository, signing_key)
         run.report.status = "done"
     except BaseException as exc:
         run.report.status, run.report.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -263,7 +261,8 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> RunReport:
     return run.report
 
 
-def _tune(run: Run, ref, repository: Path, signing_key, split_reference, save_calibration_npz) -> None:  # type: ignore[no-untyped-def]
+def _tune(run: Run, ref: ReferenceSet, repository: Path, signing_key: bytes | None) -> None:
+    from gpt_triton.accuracy.reference import save_calibration_npz, split_reference
     from gpt_triton.build import build_candidates
     from gpt_triton.measure.harness import Measurer
     from gpt_triton.search import CandidateSearch
@@ -338,7 +337,7 @@ def _eligible(run: Run) -> Callable[[Candidate], tuple[bool, str]]:
     return check
 
 
-def _finish(run: Run, heldout, repository: Path, signing_key, staging: Path) -> None:  # type: ignore[no-untyped-def]
+def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | None, staging: Path) -> None:
     from gpt_triton.measure.harness import Measurer
     from gpt_triton.measure.isolated import isolated_estimate
     from gpt_triton.select import gain, objective_value, select
@@ -424,7 +423,7 @@ def _finish(run: Run, heldout, repository: Path, signing_key, staging: Path) -> 
 
 
 
-def _repeat_check(run: Run, measured: Sequence[Candidate], first, staging: Path) -> None:  # type: ignore[no-untyped-def]
+def _repeat_check(run: Run, measured: Sequence[Candidate], first: Selection, staging: Path) -> None:
     """Select a second time from an independent measurement on a fresh server; do they agree?"""
     from gpt_triton.measure.harness import Measurer
     from gpt_triton.select import select
@@ -452,7 +451,7 @@ def _repeat_check(run: Run, measured: Sequence[Candidate], first, staging: Path)
     run.decide(f"repeat check: first selection {first.winner_id}, second {second.winner_id}: {verdict}")
 
 
-def _accept_on_heldout(run: Run, heldout, chosen: Candidate, baseline: Candidate, staging: Path) -> Candidate | None:  # type: ignore[no-untyped-def]
+def _accept_on_heldout(run: Run, heldout: HeldOut, chosen: Candidate, baseline: Candidate, staging: Path) -> Candidate | None:
     """Open the held-out split once; return what may be promoted: the chosen candidate if it passes,
     else the baseline if it passes, else None (the reference disagrees with the model itself)."""
     from gpt_triton.accuracy.compare import compare_requests, eligible
@@ -473,6 +472,7 @@ def _accept_on_heldout(run: Run, heldout, chosen: Candidate, baseline: Candidate
         unload(server, loaded)
     if held.outputs is None:  # what the default route serves today is the reference
         held = held.with_outputs(produced[baseline.id])
+    assert held.outputs is not None
     for candidate in contenders:
         result = compare_requests(held.outputs, produced[candidate.id], run.spec.accuracy, "heldout", inputs=held.inputs)
         ok, why = eligible(result, run.spec.accuracy)
