@@ -11,6 +11,7 @@ earlier decision uses the tuning split and says so in ``report.decisions``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import time
@@ -313,7 +314,8 @@ def _tune(run: Run, ref: ReferenceSet, repository: Path, signing_key: bytes | No
             feasible = [c for c in loaded if c.status == "deployed"]
             with run.progress.bar(f"measuring {len(feasible)} candidates (windows)", None) as advance:
                 measurer = Measurer(server.grpc_url, tuning.inputs, spec.measure, spec.objective,
-                                    metrics_url=server.metrics_url, progress=advance)
+                                    metrics_url=server.metrics_url, progress=advance,
+                                    processes=spec.measure.client_processes)
                 for line in measurer.measure(feasible):
                     run.decide(line)
             search.tell(batch, lambda c: objective_value(c.latency, spec.objective) if c.status == "measured" else None)
@@ -339,7 +341,7 @@ def _eligible(run: Run) -> Callable[[Candidate], tuple[bool, str]]:
 
 def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | None, staging: Path) -> None:
     from gpt_triton.measure.harness import Measurer
-    from gpt_triton.measure.isolated import isolated_estimate
+    from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
     from gpt_triton.select import gain, objective_value, select
 
     spec, report = run.spec, run.report
@@ -357,6 +359,11 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
                 candidate.isolated = isolated_estimate(candidate.artifact, run.tuning.inputs)
             except Exception as exc:  # isolated figures are for comparison only; say why one is missing
                 run.decide(f"{candidate.id}: no isolated estimate ({type(exc).__name__}: {exc})")
+    rho = rank_correlation(measured, load_index=spec.objective.load_index)
+    report.isolated_vs_served_rho = None if math.isnan(rho) else round(rho, 4)
+    if report.isolated_vs_served_rho is not None:
+        run.decide(f"isolated (in-process) vs served ranking: Spearman rho {rho:.2f} over {len(measured)} candidates; "
+                   "selection uses the served figures only")
     selection = select(measured, spec.objective, _eligible(run))
     for line in selection.log:
         run.decide(f"select (tuning split): {line}")
@@ -377,7 +384,8 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
             if len(loaded) == len(contenders):
                 with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
                     measurer = Measurer(server.grpc_url, run.tuning.inputs, spec.measure,
-                                        spec.objective, metrics_url=server.metrics_url, progress=advance)
+                                        spec.objective, metrics_url=server.metrics_url, progress=advance,
+                                    processes=spec.measure.client_processes)
                     results = measurer.remeasure(contenders)
                 estimate = None
                 win_value = objective_value(winner.latency, spec.objective)
@@ -435,7 +443,8 @@ def _repeat_check(run: Run, measured: Sequence[Candidate], first: Selection, sta
         loaded = deploy(run, server, copies, staging, suffix="_k")
         with run.progress.bar("repeat check: measuring again (windows)", None) as advance:
             Measurer(server.grpc_url, run.tuning.inputs, run.spec.measure, run.spec.objective,
-                     metrics_url=server.metrics_url, progress=advance).measure(loaded)
+                     metrics_url=server.metrics_url, progress=advance,
+                     processes=run.spec.measure.client_processes).measure(loaded)
         unload(server, loaded)
     second = select([c for c in copies if c.status == "measured"], run.spec.objective, _eligible(run))
     first_set = {first.winner_id, *first.ties}

@@ -98,6 +98,7 @@ class RunReport(BaseModel):
     heldout: AccuracyResult | None = None
     promoted_version: int | None = None
     promoted_path: str | None = None
+    isolated_vs_served_rho: float | None = None  # Spearman rank correlation, isolated vs served ordering
     repeat_check: dict[str, Any] | None = None  # --repeat-check: the two selections and whether they agree
     decisions: list[str] = Field(default_factory=list)  # human-readable log: what each decision used
     tuning_seconds: float = 0.0

@@ -65,6 +65,7 @@ class MeasureSpec(_Strict):
     remeasure_windows: int = 8  # per candidate in the separate, interleaved A/B(/C) run
     confidence: float = 0.95
     bootstrap_resamples: int = 2000
+    client_processes: int = 1  # load-generator processes, for open-loop rates one core cannot hold
 
 
 class ObjectiveSpec(_Strict):

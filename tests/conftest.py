@@ -18,6 +18,9 @@ import pytest
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
+# Real Prometheus and Pushgateway fixtures (tests/prom_fixtures.py), for every test area.
+pytest_plugins = ["prom_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]:

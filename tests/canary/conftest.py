@@ -1,18 +1,12 @@
 """Canary fixtures: a real Triton serving a model whose versions differ in speed, plus real Prometheus."""
 
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-# tests/ is not a package: make tests/prom_fixtures.py importable from here.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pytest
+from sleepy_model import write_sleepy_model
 
-from collections.abc import Iterator  # noqa: E402
-
-import pytest  # noqa: E402
-from prom_fixtures import prometheus_factory, pushgateway  # noqa: E402,F401
-from sleepy_model import write_sleepy_model  # noqa: E402
-
-from gpt_triton.server import EmbeddedTriton, TritonServer  # noqa: E402
+from gpt_triton.server import EmbeddedTriton, TritonServer
 
 
 @pytest.fixture

@@ -288,3 +288,24 @@ def test_resume_reuses_builds_and_measurements_and_repeat_check_reports_agreemen
     assert repeat["verdict"] in {"agree", "tie", "disagree"}
     assert repeat["first"] in built_before and repeat["second"] in built_before
     assert not (tmp_path / "model_repository").exists()
+
+
+@pytest.mark.slow
+def test_tune_pushes_run_metrics_to_a_real_pushgateway(tmp_path: Path, pushgateway) -> None:  # type: ignore[no-untyped-def]
+    import urllib.request
+
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec()))
+    gateway = pushgateway.address
+    assert main(["tune", str(model), "--spec", str(spec_path), "--out", str(tmp_path / "run"),
+                 "--repository", str(tmp_path / "repo"), "--pushgateway", gateway]) == 0
+    text = urllib.request.urlopen(f"{pushgateway.url}/metrics", timeout=10).read().decode()
+    pushed = [line for line in text.splitlines() if line.startswith("gpt_triton_") and 'model="tiny"' in line]
+    assert any(line.startswith("gpt_triton_last_success_timestamp_seconds") for line in pushed), pushed
+    assert all('instance=""' in line or "instance=" not in line for line in pushed)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    measured = sum(c["status"] == "measured" for c in report["candidates"])
+    counts = [float(line.rsplit(" ", 1)[1]) for line in pushed
+              if line.startswith("gpt_triton_candidates") and 'status="measured"' in line]
+    assert counts == [float(measured)], pushed
