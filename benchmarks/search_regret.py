@@ -5,13 +5,16 @@ threads x spinning, served by the python-backend adapter) on one embedded Triton
 twice with :class:`gpt_triton.measure.harness.Measurer`, in one run:
 
 * exhaustively: racing off, every candidate gets ``--windows`` windows;
-* with racing: ``min_windows`` each, then clearly-slower candidates dropped, up to ``--windows``.
+* with racing: one full window each, then after every interleaved round the candidates clearly slower
+  than the leader (drift pooled across all candidates, Bonferroni over comparisons and rounds) are
+  dropped; contenders continue until stable, separated or ``--windows``.
 
 It prints the regret of the racing winner against the exhaustive best (both valued by the exhaustive
 measurement, the better-sampled one), whether the racing winner is inside the exhaustive tie set, and
 the fraction of windows and wall time racing used.
 
     .venv/bin/python benchmarks/search_regret.py [--window 0.5] [--windows 6] [--metric p50]
+    .venv/bin/python benchmarks/search_regret.py --model resnet --window 1 --windows 7   # issue 4's target
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.harness import Measurer
+from gpt_triton.measure.stats import additive_fit
 from gpt_triton.model_info import inspect_model, resolve_shapes, sha256_file
 from gpt_triton.records import Candidate
 from gpt_triton.routes._base import Artifact, Route
@@ -66,6 +70,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=0.5, help="seconds per window")
     parser.add_argument("--windows", type=int, default=6, help="windows per candidate when exhaustive (= max_windows)")
     parser.add_argument("--metric", default="p50", choices=["p50", "p90", "p99", "mean"])
+    parser.add_argument("--race-after", type=int, default=1, help="rounds before racing may drop (>= 1)")
     parser.add_argument("--limit", type=int, default=0, help="use only the first N candidates (0: all 24)")
     parser.add_argument("--model", default="conv_attention", choices=["conv_attention", "resnet"],
                         help="resnet (~19 ms/inference) spreads the variants wider than conv_attention (~2 ms)")
@@ -99,7 +104,8 @@ def main() -> None:
             ex_spec = MeasureSpec.model_validate(dict(common, racing=False, min_windows=args.windows))
             race_spec = MeasureSpec.model_validate(dict(common, racing=True, min_windows=3))
             ex_s, ex_w, _ = run(Measurer(server.grpc_url, requests, ex_spec, objective, seed=1), exhaustive)
-            race_s, race_w, race_log = run(Measurer(server.grpc_url, requests, race_spec, objective, seed=2), racing)
+            race_s, race_w, race_log = run(Measurer(server.grpc_url, requests, race_spec, objective, seed=2,
+                                                      race_after=args.race_after), racing)
 
     def everyone(_c: Candidate) -> tuple[bool, str]:
         return True, ""
@@ -111,6 +117,9 @@ def main() -> None:
     fastest = min(truth, key=truth.__getitem__)
     regret = truth[won.winner_id] / truth[fastest] - 1.0
     dropped = sum(1 for line in race_log if line.startswith("racing: dropped"))
+    for line in race_log:
+        if line.startswith("racing: dropped") or "separated" in line or "stable" in line:
+            print("  " + line)
     print(f"model {args.model}; objective: {args.metric} at concurrency 1; {len(base)} candidates; "
           f"windows of {args.window} s")
     print(f"exhaustive: {ex_w} windows, {ex_s:.0f} s; fastest {fastest} {truth[fastest]:.3f} ms; "
@@ -121,6 +130,16 @@ def main() -> None:
     print(f"regret of the racing winner vs the exhaustive fastest: {100 * regret:.1f}% "
           f"({'inside' if in_ties else 'outside'} the exhaustive tie set)")
     print(f"time used by racing: {race_w / ex_w:.2f} of the windows, {race_s / ex_s:.2f} of the wall time")
+    # Calibration of racing's noise model on the exhaustive windows: the residual of the additive
+    # candidate + round fit (drift removed) vs the raw between-window spread (drift included).
+    y = {c.id: {r: float(np.log(getattr(w, f"{args.metric}_ms"))) for r, w in enumerate(c.latency[0].windows)}
+         for c in exhaustive if c.latency and c.latency[0].windows and args.metric != "mean"}
+    if y:
+        mu, drift, rss, df = additive_fit(y)
+        raw = np.mean([np.var(list(rows.values()), ddof=1) for rows in y.values() if len(rows) > 1])
+        print(f"exhaustive windows: per-window noise {100 * np.sqrt(rss / max(df, 1)):.1f}% after removing the "
+              f"shared round drift (range {100 * (max(drift.values()) - min(drift.values())):.1f}%), "
+              f"{100 * np.sqrt(raw):.1f}% without")
     for cand in sorted(exhaustive, key=lambda c: truth.get(c.id, float("inf")))[:5]:
         print(f"  {cand.id} {truth.get(cand.id, float('nan')):.3f} ms  {cand.route.key()}")
 

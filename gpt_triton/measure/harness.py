@@ -3,10 +3,12 @@
 * Interleaving: windows go round-robin across candidates (A, B, C, A, B, C, ...) so slow drift of a
   shared, noisy machine (other tenants, thermal, page cache) hits every candidate alike instead of
   whichever happened to be measured last. Each candidate gets a short warm-up before its first window.
-* Racing: every candidate first gets ``min_windows`` full windows (nothing is pruned on a cold or lucky
-  first window); after each later round, candidates whose objective interval (two-stage bootstrap over
-  windows, Bonferroni-adjusted for the number of contenders) lies entirely above the leader's are dropped, and the remaining window budget goes to the contenders until each is stable
-  (perf_analyzer's rule) or has ``max_windows``.
+* Racing: every candidate first gets one full window (nothing is pruned before it was timed); after
+  each round, a candidate is dropped when its drift-adjusted objective is clearly worse than the
+  leader's (:func:`gpt_triton.measure.stats.race_round`): the window-to-window noise is pooled across ALL
+  candidates of the same interleaved rounds, whose shared drift cancels as a round effect, and the error
+  is Bonferroni-split over comparisons and rounds. The remaining budget goes to the contenders until each
+  is stable (perf_analyzer's rule), separated from every other candidate, or at ``max_windows``.
 * Re-measure: a *separate* interleaved run of the finalists with fresh windows and seeds; the gain is
   computed on it, not on the windows that picked the winner (the winner's curse).
 """
@@ -22,13 +24,13 @@ import numpy as np
 
 from gpt_triton.errors import GptTritonError
 from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
-from gpt_triton.measure.records import Interval, LatencyStats, LoadProfile
-from gpt_triton.measure.stats import throughput_interval, window_bootstrap_interval
+from gpt_triton.measure.records import LatencyStats, LoadProfile
+from gpt_triton.measure.stats import race_alpha, race_round, window_bootstrap_interval, window_log_stat
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 from gpt_triton.records import Candidate
 from gpt_triton.spec import MeasureSpec, ObjectiveSpec
 
-RACING_RESAMPLES = 1000  # drop decisions read extreme quantiles (Bonferroni levels); final stats use the spec's
+RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
 
 
 @dataclass
@@ -45,7 +47,8 @@ class _Run:
     samples: dict[str, list[WindowSample]] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
-    intervals: dict[tuple[str, int, float], Interval | None] = field(default_factory=dict)  # (id, windows, level)
+    y: dict[str, dict[int, float]] = field(default_factory=dict)  # log objective per window, by round
+    within: dict[str, dict[int, float | None]] = field(default_factory=dict)  # its in-window variance
 
 
 def dedupe_key(candidate: Candidate) -> str:
@@ -71,6 +74,7 @@ class Measurer:
         server_pid: int | None = None,
         outputs: Sequence[str] | None = None,
         seed: int = 0,
+        race_after: int = 1,
     ) -> None:
         if not requests:
             raise GptTritonError("no requests to measure with: the tuning split is empty")
@@ -87,6 +91,9 @@ class Measurer:
         self.server_pid = server_pid
         self.outputs = list(outputs) if outputs else None
         self.seed = seed
+        # Racing may drop after this many interleaved rounds; never before every candidate has one full
+        # window (the interval is drift-pooled across candidates, so it does not need min_windows each).
+        self.race_after = max(1, race_after)
         self.machine_sharing: dict[str, Any] = {}
         self.window_order: list[tuple[str, str]] = []  # (candidate id, load label), in the order run
         self._windows_run = 0
@@ -107,56 +114,46 @@ class Measurer:
 
     # ------------------------------------------------------------ racing
 
-    def _race_level(self, contenders: int) -> float:
-        """Per-comparison confidence: each round compares every contender with the leader, so split
-        the error rate over the comparisons (Bonferroni, as Hoeffding races do); otherwise with 24
-        candidates at 95% about one good candidate would be dropped by chance every round."""
-        return 1.0 - (1.0 - self.spec.confidence) / max(1, contenders - 1)
-
-    def _race_interval(self, samples: list[WindowSample], level: float) -> Interval | None:
-        metric = self.objective.metric
-        if metric == "throughput":
-            tp = throughput_interval([s.result.throughput for s in samples], level, RACING_RESAMPLES)
-            return Interval(value=-tp.value, low=-tp.high, high=-tp.low, level=level)
-        windows = [s.latencies_ms for s in samples if s.latencies_ms.size]
-        return window_bootstrap_interval(windows, metric, level, RACING_RESAMPLES) if windows else None
-
-    def _fmt(self, iv: Interval) -> str:
-        if self.objective.metric == "throughput":  # stored negated (lower is better): show req/s
-            return f"{-iv.value:.4g} req/s [{-iv.high:.4g}, {-iv.low:.4g}]"
-        return f"{iv.value:.4g} ms [{iv.low:.4g}, {iv.high:.4g}]"
+    def _record(self, run: _Run, cid: str, round_no: int, sample: WindowSample) -> None:
+        """The window's log objective (lower is better) and its in-window variance, for racing."""
+        if self.objective.metric == "throughput":
+            if sample.result.throughput > 0:
+                run.y.setdefault(cid, {})[round_no] = -float(np.log(sample.result.throughput))
+                run.within.setdefault(cid, {})[round_no] = None  # no in-window estimate for a rate
+            return
+        if sample.latencies_ms.size:
+            value, var = window_log_stat(sample.latencies_ms, self.objective.metric,
+                                         seed=self.seed * 7919 + self._windows_run)
+            run.y.setdefault(cid, {})[round_no] = value
+            run.within.setdefault(cid, {})[round_no] = var
 
     def _race(self, run: _Run, log: list[str]) -> None:
         contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
-        level = self._race_level(len(contenders))
-        for cid in contenders:  # stable candidates get no new windows: reuse their interval
-            key = (cid, len(run.samples[cid]), level)
-            if key not in run.intervals:
-                run.intervals[key] = self._race_interval(run.samples[cid], level)
-        intervals = {cid: run.intervals[(cid, len(run.samples[cid]), level)] for cid in contenders}
+        alpha = race_alpha(self.spec.confidence, len(run.samples), self.spec.max_windows)
         slo = self.objective.slo_p99_ms
         if self.objective.metric == "throughput" and slo is not None:
-            for cid in contenders:
+            for cid in list(contenders):
                 windows = [s.latencies_ms for s in run.samples[cid] if s.latencies_ms.size]
                 if not windows:
                     continue
-                p99 = window_bootstrap_interval(windows, "p99", level, RACING_RESAMPLES)
+                p99 = window_bootstrap_interval(windows, "p99", 1.0 - 2.0 * alpha, RACING_RESAMPLES)
                 if p99.low > slo:
                     run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
                     self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
-                    intervals.pop(cid)
-        ranked = sorted(((iv, cid) for cid, iv in intervals.items() if iv is not None), key=lambda x: x[0].value)
-        if not ranked:
+                    contenders.remove(cid)
+        state = race_round(run.y, run.within, contenders, alpha)
+        if state is None:
             return
-        lead_iv, leader = ranked[0]
-        for iv, cid in ranked[1:]:
-            if iv.low > lead_iv.high:
-                worse = "below" if self.objective.metric == "throughput" else "above"
-                run.dropped[cid] = (
-                    f"{self.objective.metric} {self._fmt(iv)} lies entirely {worse} leader {leader}'s "
-                    f"{self._fmt(lead_iv)} after {len(run.samples[cid])} windows"
-                )
-                self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
+        metric = "1/throughput" if self.objective.metric == "throughput" else self.objective.metric
+        for cid, v in state.verdicts.items():
+            if not v.drop:
+                continue
+            run.dropped[cid] = (
+                f"{metric} {np.exp(v.diff):.3f}x leader {state.leader}'s after {v.windows} windows "
+                f"(drift-adjusted; one-sided lower bound {np.exp(v.lower):.3f}x > 1 at error {alpha:.2g} "
+                f"per comparison; window noise {100 * state.sigma:.1f}% from {state.source}, df {state.df:.0f})"
+            )
+            self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
 
     # ------------------------------------------------------------ interleaved runs
 
@@ -185,8 +182,16 @@ class Measurer:
                     self._say(log, f"{cid}: {run.failed[cid]}")
                     continue
                 run.samples[cid].append(sample)
+                self._record(run, cid, round_no, sample)
                 self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
                               f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
+            if racing and round_no >= self.race_after:
+                self._race(run, log)
+                left = [c for c in models if c not in run.dropped and c not in run.failed]
+                if len(left) == 1 and len(run.samples) > 1 and left[0] not in done:
+                    done.add(left[0])  # separated from every other candidate: nothing left to compare
+                    self._say(log, f"{left[0]} separated from every other candidate after {round_no} windows")
+                    continue
             if round_no < min_windows:
                 continue
             if stop_when_stable:
@@ -194,8 +199,6 @@ class Measurer:
                     if cid not in run.failed and is_stable([s.result for s in run.samples[cid]], self.spec.stability):
                         done.add(cid)
                         self._say(log, f"{cid} stable at {load.label()} after {len(run.samples[cid])} windows")
-            if racing:
-                self._race(run, log)
         for cid in models:
             if cid not in done and cid not in run.dropped and cid not in run.failed and stop_when_stable:
                 self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows (max_windows)")
