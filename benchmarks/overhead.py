@@ -56,6 +56,7 @@ from rich.table import Table
 
 from gpt_triton.deploy import write_model
 from gpt_triton.errors import GptTritonError
+from gpt_triton.measure.isolated import ort_session
 from gpt_triton.model_info import inspect_model, resolve_shapes
 from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.server import EmbeddedTriton
@@ -126,20 +127,6 @@ class TritonPythonModel:
 """
 
 
-def _session(model_path: Path, options: dict[str, Any]) -> ort.InferenceSession:
-    """The in-process session with the same runtime_options the adapter applies (same schema)."""
-    session_options = ort.SessionOptions()
-    for key, value in (options.get("session_options") or {}).items():
-        if key == "graph_optimization_level":
-            value = getattr(ort.GraphOptimizationLevel, value)
-        elif key == "execution_mode":
-            value = getattr(ort.ExecutionMode, value)
-        setattr(session_options, key, value)
-    for key, value in (options.get("config_entries") or {}).items():
-        session_options.add_session_config_entry(key, str(value))
-    return ort.InferenceSession(str(model_path), session_options, providers=["CPUExecutionProvider"])
-
-
 def measure(
     server: EmbeddedTriton, model_path: Path, name: str, requests: int, rounds: int, staging: Path,
     options: dict[str, Any] | None = None,
@@ -155,7 +142,7 @@ def measure(
     (staging / floor / "1" / "model.py").write_text(_NULL_MODEL)
     server.load(staging / floor)
     feeds = _inputs(model_path)
-    session = _session(model_path, options)
+    session = ort_session(model_path, options)
     client = server.client()
     try:
         _time_in_process(session, feeds, 10)

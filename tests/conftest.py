@@ -18,8 +18,9 @@ import pytest
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
-# Real Prometheus and Pushgateway fixtures (tests/prom_fixtures.py), for every test area.
-pytest_plugins = ["prom_fixtures"]
+# Real Prometheus and Pushgateway (tests/prom_fixtures.py) and the fake Kubernetes API and helm
+# (tests/k8s_fixtures.py), for every test area.
+pytest_plugins = ["prom_fixtures", "k8s_fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,12 @@
   whichever happened to be measured last. Each candidate gets a short warm-up before its first window.
 * Racing: every candidate first gets one full window (nothing is pruned before it was timed); after
   each round, a candidate is dropped when its drift-adjusted objective is clearly worse than the
-  leader's (:func:`gpt_triton.measure.stats.race_round`): the window-to-window noise is pooled across ALL
-  candidates of the same interleaved rounds, whose shared drift cancels as a round effect, and the error
-  is Bonferroni-split over comparisons and rounds. The remaining budget goes to the contenders until each
-  is stable (perf_analyzer's rule), separated from every other candidate, or at ``max_windows``.
+  leader's (:func:`gpt_triton.measure.racing.race_round`): one model over ALL windows of the run in the
+  order they ran, with candidate and round effects and errors correlated between neighbouring windows
+  (the drift of a shared machine lives on the scale of a window or two), and the error is
+  Bonferroni-split over comparisons and rounds. After the first round the order is shuffled each round.
+  The remaining budget goes to the contenders until each is stable (perf_analyzer's rule), separated
+  from every other candidate, or at ``max_windows``.
 * Re-measure: a *separate* interleaved run of the finalists with fresh windows and seeds; the gain is
   computed on it, not on the windows that picked the winner (the winner's curse).
 """
@@ -24,8 +26,9 @@ import numpy as np
 
 from gpt_triton.errors import GptTritonError
 from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
+from gpt_triton.measure.racing import RaceWindow, race_alpha, race_round, window_log_stat
 from gpt_triton.measure.records import LatencyStats, LoadProfile
-from gpt_triton.measure.stats import race_alpha, race_round, window_bootstrap_interval, window_log_stat
+from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 from gpt_triton.records import Candidate
 from gpt_triton.spec import MeasureSpec, ObjectiveSpec
@@ -47,8 +50,7 @@ class _Run:
     samples: dict[str, list[WindowSample]] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
-    y: dict[str, dict[int, float]] = field(default_factory=dict)  # log objective per window, by round
-    within: dict[str, dict[int, float | None]] = field(default_factory=dict)  # its in-window variance
+    windows: list[RaceWindow] = field(default_factory=list)  # log objective per window, in the order run
 
 
 def dedupe_key(candidate: Candidate) -> str:
@@ -96,6 +98,9 @@ class Measurer:
         self.race_after = max(1, race_after)
         self.machine_sharing: dict[str, Any] = {}
         self.window_order: list[tuple[str, str]] = []  # (candidate id, load label), in the order run
+        # The racing view of every window of the last measure() (log objective, in the order run), by
+        # load label: what the drift model was fitted on, kept for reports and benchmarks.
+        self.race_windows: dict[str, list[RaceWindow]] = {}
         self._windows_run = 0
 
     # ------------------------------------------------------------ one window
@@ -117,15 +122,13 @@ class Measurer:
     def _record(self, run: _Run, cid: str, round_no: int, sample: WindowSample) -> None:
         """The window's log objective (lower is better) and its in-window variance, for racing."""
         if self.objective.metric == "throughput":
-            if sample.result.throughput > 0:
-                run.y.setdefault(cid, {})[round_no] = -float(np.log(sample.result.throughput))
-                run.within.setdefault(cid, {})[round_no] = None  # no in-window estimate for a rate
+            if sample.result.throughput > 0:  # no in-window estimate for a rate
+                run.windows.append(RaceWindow(cid, round_no, -float(np.log(sample.result.throughput))))
             return
         if sample.latencies_ms.size:
             value, var = window_log_stat(sample.latencies_ms, self.objective.metric,
                                          seed=self.seed * 7919 + self._windows_run)
-            run.y.setdefault(cid, {})[round_no] = value
-            run.within.setdefault(cid, {})[round_no] = var
+            run.windows.append(RaceWindow(cid, round_no, value, var))
 
     def _race(self, run: _Run, log: list[str]) -> None:
         contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
@@ -141,7 +144,7 @@ class Measurer:
                     run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
                     self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
                     contenders.remove(cid)
-        state = race_round(run.y, run.within, contenders, alpha)
+        state = race_round(run.windows, contenders, alpha)
         if state is None:
             return
         metric = "1/throughput" if self.objective.metric == "throughput" else self.objective.metric
@@ -151,21 +154,28 @@ class Measurer:
             run.dropped[cid] = (
                 f"{metric} {np.exp(v.diff):.3f}x leader {state.leader}'s after {v.windows} windows "
                 f"(drift-adjusted; one-sided lower bound {np.exp(v.lower):.3f}x > 1 at error {alpha:.2g} "
-                f"per comparison; window noise {100 * state.sigma:.1f}% from {state.source}, df {state.df:.0f})"
+                f"per comparison; window noise {100 * state.sigma:.1f}% from {state.source}, df {state.df:.0f}, "
+                f"neighbour correlation {state.rho:.2f})"
             )
             self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
 
     # ------------------------------------------------------------ interleaved runs
 
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
-                    max_windows: int, stop_when_stable: bool, log: list[str]) -> _Run:
+                    max_windows: int, stop_when_stable: bool, log: list[str], shuffle: bool = True) -> _Run:
         run = _Run(samples={cid: [] for cid in models})
         max_windows = max(max_windows, min_windows)
         done: set[str] = set()
+        rng = np.random.default_rng(self.seed * 31 + len(self.window_order))
         for round_no in range(1, max_windows + 1):
             todo = [cid for cid in models if cid not in done and cid not in run.dropped and cid not in run.failed]
             if not todo:
                 break
+            if shuffle and round_no > 1:
+                # A fresh order each round: a candidate does not always follow the same neighbour, so a
+                # carry-over (a previous model's threads still spinning, its cache footprint) is noise
+                # that the drift model sees, not a bias on one candidate.
+                todo = [todo[k] for k in rng.permutation(len(todo))]
             for cid in todo:
                 try:
                     if not run.samples[cid] and self.spec.warmup_s > 0:
@@ -236,6 +246,7 @@ class Measurer:
                 runs[i] = self._interleave(live, spec.loads[i], race and i == obj_index, spec.min_windows,
                                            spec.max_windows, True, log)
                 excluded |= set(runs[i].dropped) | set(runs[i].failed)
+                self.race_windows[spec.loads[i].label()] = runs[i].windows
         for cid, rep in reps.items():
             failed = next((runs[i].failed[cid] for i in order if cid in runs[i].failed), None)
             stats = [
@@ -265,7 +276,7 @@ class Measurer:
         with pinned(self.server_pid) as sharing:
             self.machine_sharing = sharing
             run = self._interleave(models, load, False, self.spec.remeasure_windows, self.spec.remeasure_windows,
-                                   False, log)
+                                   False, log, shuffle=False)  # A, B, C, A, B, C: the classic alternation
         if run.failed:
             cid, why = next(iter(run.failed.items()))
             raise GptTritonError(f"re-measuring {cid} failed: {why}")

@@ -25,7 +25,8 @@ from gpt_triton.records import Candidate
 from gpt_triton.routes._base import Artifact
 
 
-def _ort_session(path: Path, options: dict[str, Any], profile_dir: str | None = None) -> Any:
+def ort_session(path: Path, options: dict[str, Any], profile_dir: str | None = None) -> Any:
+    """An in-process ONNX Runtime session with an artifact's ``runtime_options`` (the adapter's schema)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -83,10 +84,10 @@ def isolated_estimate(artifact: Artifact, requests: Sequence[dict[str, np.ndarra
         raise GptTritonError(f"artifact file missing: {path}; rebuild the candidate")
     opts = artifact.runtime_options
     if artifact.runtime == "onnxruntime":
-        sess = _ort_session(path, opts)
+        sess = ort_session(path, opts)
         single = _median_ms(lambda req: sess.run(None, req), requests, repeats)
         with tempfile.TemporaryDirectory() as tmp:
-            prof = _ort_session(path, opts, profile_dir=tmp)
+            prof = ort_session(path, opts, profile_dir=tmp)
             for i in range(1 + max(1, min(repeats, 10))):
                 prof.run(None, requests[i % len(requests)])
             op_sum = profiler_op_sum_ms(prof.end_profiling(), skip_first=1)

@@ -10,8 +10,6 @@ Deployment pins, so replica shifts and the promotion's re-pin really move the pe
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,18 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 NS, STABLE, CANARY = "gpt-triton", "gpt-triton-stable", "gpt-triton-canary"
 
 
-def helm_binary() -> str:
-    local = ROOT / ".cache" / "bin" / "helm"
-    found = str(local) if local.is_file() and os.access(local, os.X_OK) else shutil.which("helm")
-    if not found:
-        pytest.skip("helm not found in .cache/bin/helm or on PATH: run scripts/install-helm.sh (make setup)")
-    return found
-
-
-def install_chart(fake: FakeKubernetesApiServer, *, stable_version: int, candidate: int, stable_replicas: int) -> None:
+def install_chart(fake: FakeKubernetesApiServer, helm: str, *, stable_version: int, candidate: int, stable_replicas: int) -> None:
     """What `helm install` would create: the chart's two Triton Deployments, converged (status = spec)."""
     proc = subprocess.run(
-        [helm_binary(), "template", "gpt-triton", str(ROOT / "charts" / "gpt-triton"), "--namespace", NS,
+        [helm, "template", "gpt-triton", str(ROOT / "charts" / "gpt-triton"), "--namespace", NS,
          "--show-only", "templates/triton-deployments.yaml", "--set", "model.name=sleepy,canary.enabled=true",
          "--set", f"stable.replicas={stable_replicas}",
          "--set-string", f"stable.version={stable_version},canary.version={candidate}"],
@@ -99,15 +89,6 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTriton]
         yield server
 
 
-@pytest.fixture
-def fake_api() -> Iterator[FakeKubernetesApiServer]:
-    server = FakeKubernetesApiServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def canary_args(fake: FakeKubernetesApiServer, prometheus: str, candidate: int, log: Path, *extra: str) -> list[str]:
     return ["canary", "--model", "sleepy", "--candidate-version", str(candidate), "--prometheus", prometheus,
             "--k8s-deployments", f"{STABLE},{CANARY}", "--namespace", NS, "--kube-server", fake.url,
@@ -130,9 +111,9 @@ def run_with_service_traffic(triton: EmbeddedTriton, prometheus_factory: Any, fa
 
 
 @pytest.mark.slow
-def test_slower_canary_is_rolled_back_and_stable_untouched(triton, prometheus_factory, fake_api, tmp_path: Path) -> None:
+def test_slower_canary_is_rolled_back_and_stable_untouched(triton, prometheus_factory, fake_api, helm, tmp_path: Path) -> None:
     assert SLEEP_MS[3] > 1.05 * SLEEP_MS[1]
-    install_chart(fake_api, stable_version=1, candidate=3, stable_replicas=2)
+    install_chart(fake_api, helm, stable_version=1, candidate=3, stable_replicas=2)
     code, log, traffic = run_with_service_traffic(triton, prometheus_factory, fake_api, tmp_path, 3,
                                                   "--total-replicas", "4")
     assert code == 1, log[-3:]
@@ -149,9 +130,9 @@ def test_slower_canary_is_rolled_back_and_stable_untouched(triton, prometheus_fa
 
 
 @pytest.mark.slow
-def test_faster_canary_is_promoted_by_repinning_stable(triton, prometheus_factory, fake_api, tmp_path: Path) -> None:
+def test_faster_canary_is_promoted_by_repinning_stable(triton, prometheus_factory, fake_api, helm, tmp_path: Path) -> None:
     assert SLEEP_MS[2] < SLEEP_MS[1]
-    install_chart(fake_api, stable_version=1, candidate=2, stable_replicas=4)
+    install_chart(fake_api, helm, stable_version=1, candidate=2, stable_replicas=4)
     code, log, traffic = run_with_service_traffic(triton, prometheus_factory, fake_api, tmp_path, 2)
     assert code == 0, log[-3:]
     checks = [e for e in log if e["event"].startswith("check_")]
@@ -169,10 +150,10 @@ def test_faster_canary_is_promoted_by_repinning_stable(triton, prometheus_factor
 
 
 @pytest.mark.parametrize("problem", ["missing", "forbidden", "wrong_pin"])
-def test_kubernetes_problems_are_one_line_errors(problem: str, fake_api: FakeKubernetesApiServer, tmp_path: Path,
+def test_kubernetes_problems_are_one_line_errors(problem: str, fake_api: FakeKubernetesApiServer, helm: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     if problem != "missing":
-        install_chart(fake_api, stable_version=1, candidate=3, stable_replicas=2)
+        install_chart(fake_api, helm, stable_version=1, candidate=3, stable_replicas=2)
     if problem == "forbidden":
         fake_api.fail("GET", "deployments", 403, message='deployments.apps "gpt-triton-stable" is forbidden')
     # Nothing listens on this Prometheus: the Kubernetes checks come first and change nothing.

@@ -45,6 +45,9 @@ def test_racing_drops_the_slow_candidate_after_one_full_window(delay_models: Emb
                for line in log)
     assert any("fast separated from every other candidate" in line for line in log)
     assert [cid for cid, _ in m.window_order[:2]] == ["fast", "slow"]
+    # Racing's view of the objective load: one entry per window, in the order run.
+    raced = m.race_windows[loads[0].label()]
+    assert [w.candidate for w in raced] == [cid for cid, label in m.window_order if label == loads[0].label()]
     assert fast.latency[0].p50_ms is not None and slow.latency[0].p50_ms is not None
     assert slow.latency[0].p50_ms.low > 25 > fast.latency[0].p50_ms.high
     assert messages  # progress reported

@@ -1,12 +1,13 @@
-"""Racing's drift-pooled interval: wrongly dropping a candidate better than the leader stays within the
-stated error rate when a drift process common to all candidates moves every window (simulation)."""
+"""Racing's drift model: wrongly dropping a candidate better than the leader stays within the stated
+error rate when a drift process common to all candidates moves every window (simulation), and the
+model removes drift that neighbouring windows share."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gpt_triton.measure.stats import race_alpha, race_round, window_log_stat
+from gpt_triton.measure.racing import RaceWindow, drift_fit, race_alpha, race_round, window_log_stat
 
 SLOTS_PER_WINDOW = 10  # drift is simulated on a finer grid than a window, so windows see part of it
 
@@ -20,23 +21,23 @@ def simulate_race(rng: np.random.Generator, mus: np.ndarray, rounds: int, confid
     alpha = race_alpha(confidence, n, rounds)
     level = 0.0
     innovation = drift_sd * np.sqrt(1 - drift_rho**2)
-    y: dict[str, dict[int, float]] = {str(c): {} for c in range(n)}
-    within: dict[str, dict[int, float | None]] = {str(c): {} for c in range(n)}
+    windows: list[RaceWindow] = []
     live = [str(c) for c in range(n)]
     wrong, spent = False, 0
     for r in range(rounds):
-        for cid in live:
+        order = live if r == 0 else [live[k] for k in rng.permutation(len(live))]
+        for cid in order:
             slots = []
             for _ in range(SLOTS_PER_WINDOW):
                 level = drift_rho * level + innovation * rng.standard_normal()
                 slots.append(level)
             per_request = np.repeat(slots, requests // SLOTS_PER_WINDOW)
             lat = np.exp(mus[int(cid)] + per_request) * rng.lognormal(0.0, 0.15, per_request.size)
-            y[cid][r], within[cid][r] = window_log_stat(lat, "p50", seed=int(rng.integers(1 << 30)))
+            windows.append(RaceWindow(cid, r, *window_log_stat(lat, "p50", seed=int(rng.integers(1 << 30)))))
             spent += 1
         if len(live) < 2:
             break
-        state = race_round(y, within, live, alpha)
+        state = race_round(windows, live, alpha)
         if state is None:
             continue
         for cid, verdict in state.verdicts.items():
@@ -72,16 +73,36 @@ def test_wrong_drops_stay_within_the_stated_error_rate_under_shared_drift(drift_
 def test_a_window_constant_shared_offset_cancels_between_candidates() -> None:
     # Drift that is constant within a round is removed exactly by the round effect: two equal
     # candidates are never separated however large the drift, and a 30% worse one is dropped.
-    y = {"a": {0: 0.0, 1: 0.5, 2: -0.3}, "b": {0: 0.01, 1: 0.49, 2: -0.29}, "c": {0: 0.27, 1: 0.77, 2: -0.03}}
-    within: dict[str, dict[int, float | None]] = {c: dict.fromkeys(rows, 1e-4) for c, rows in y.items()}
-    state = race_round(y, within, ["a", "b", "c"], alpha=0.01)
+    y = {"a": [0.0, 0.5, -0.3], "b": [0.01, 0.49, -0.29], "c": [0.27, 0.77, -0.03]}
+    windows = [RaceWindow(c, r, y[c][r], 1e-4) for r in range(3) for c in "abc"]
+    state = race_round(windows, ["a", "b", "c"], alpha=0.01)
     assert state is not None and state.leader == "a"
     assert not state.verdicts["b"].drop and state.verdicts["c"].drop
-    assert abs(state.drift[1] - state.drift[0] - 0.5) < 0.02
+
+
+def test_drift_shared_by_neighbouring_windows_is_removed() -> None:
+    # Drift on the scale of a window (AR(1) between consecutive windows, rho 0.8, sd 10%) plus 2%
+    # window noise: the per-round effect cannot see it, the neighbour correlation does. The model's
+    # innovation sd is near the window noise, and the fitted candidate effects are close to the truth.
+    rng = np.random.default_rng(3)
+    mus = {f"c{k}": float(np.log(1 + 0.1 * k)) for k in range(12)}
+    rho, level, windows = 0.8, 0.0, []
+    for r in range(4):
+        order = list(mus) if r == 0 else [list(mus)[k] for k in rng.permutation(len(mus))]
+        for cid in order:
+            level = rho * level + 0.10 * np.sqrt(1 - rho**2) * rng.standard_normal()
+            windows.append(RaceWindow(cid, r, mus[cid] + level + 0.02 * rng.standard_normal(), 0.02**2))
+    fit = drift_fit(windows)
+    assert fit is not None and fit.rho > 0.4
+    assert np.sqrt(fit.sigma2) < 0.08  # the raw window-to-window sd is ~0.10
+    errors = [fit.mu[c] - fit.mu["c0"] - (mus[c] - mus["c0"]) for c in mus]
+    assert max(abs(e) for e in errors) < 3.5 * np.sqrt(max(fit.contrast_var(c, "c0") for c in mus if c != "c0"))
+    # And with no residual degrees of freedom (one round) there is no fit.
+    assert drift_fit(windows[:12]) is None
 
 
 def test_no_interval_without_any_noise_estimate() -> None:
     # One round and windows too small to look inside: nothing honest to say, so nothing is dropped.
-    assert race_round({"a": {0: 0.0}, "b": {0: 1.0}}, {"a": {0: None}, "b": {0: None}}, ["a", "b"], 0.01) is None
+    assert race_round([RaceWindow("a", 0, 0.0), RaceWindow("b", 0, 1.0)], ["a", "b"], 0.01) is None
     value, var = window_log_stat(np.full(8, 5.0), "p50")
     assert var is None and abs(value - np.log(5.0)) < 1e-12
