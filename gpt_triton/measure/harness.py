@@ -130,7 +130,9 @@ class Measurer:
                                          seed=self.seed * 7919 + self._windows_run)
             run.windows.append(RaceWindow(cid, round_no, value, var))
 
-    def _race(self, run: _Run, log: list[str]) -> None:
+    def _race(self, run: _Run, log: list[str], max_windows: int) -> bool:
+        """Drop the contenders clearly worse than the leader; True when the rest cannot be separated
+        within ``max_windows`` (racing is futile: stop and let selection declare the tie)."""
         contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
         alpha = race_alpha(self.spec.confidence, len(run.samples), self.spec.max_windows)
         slo = self.objective.slo_p99_ms
@@ -144,9 +146,9 @@ class Measurer:
                     run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
                     self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
                     contenders.remove(cid)
-        state = race_round(run.windows, contenders, alpha)
+        state = race_round(run.windows, contenders, alpha, max_windows=max_windows)
         if state is None:
-            return
+            return False
         metric = "1/throughput" if self.objective.metric == "throughput" else self.objective.metric
         for cid, v in state.verdicts.items():
             if not v.drop:
@@ -158,6 +160,12 @@ class Measurer:
                 f"neighbour correlation {state.rho:.2f})"
             )
             self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
+        if state.futile:
+            worst = max(v.diff for v in state.verdicts.values() if not v.drop)
+            self._say(log, f"racing: {state.leader} and {', '.join(c for c, v in state.verdicts.items() if not v.drop)} "
+                           f"(up to {np.exp(worst):.3f}x the leader) cannot be separated within {max_windows} "
+                           f"windows each at their current differences: stopped as a tie")
+        return state.futile
 
     # ------------------------------------------------------------ interleaved runs
 
@@ -196,11 +204,14 @@ class Measurer:
                 self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
                               f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
             if racing and round_no >= self.race_after:
-                self._race(run, log)
+                futile = self._race(run, log, max_windows)
                 left = [c for c in models if c not in run.dropped and c not in run.failed]
                 if len(left) == 1 and len(run.samples) > 1 and left[0] not in done:
                     done.add(left[0])  # separated from every other candidate: nothing left to compare
                     self._say(log, f"{left[0]} separated from every other candidate after {round_no} windows")
+                    continue
+                if futile and round_no >= min_windows:
+                    done.update(left)  # the remaining budget could only confirm the tie
                     continue
             if round_no < min_windows:
                 continue

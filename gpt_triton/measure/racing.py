@@ -145,6 +145,9 @@ class RaceState:
     source: str  # "drift model", "within" (in-window floor) or "within (inflated)" (first round)
     rho: float = 0.0  # fitted lag-1 correlation between neighbouring windows
     verdicts: dict[str, RaceVerdict] = field(default_factory=dict)
+    # No remaining contender could be dropped even at ``max_windows`` windows each if its current
+    # difference to the leader held: more windows would end in the same declared tie.
+    futile: bool = False
 
 
 def race_round(
@@ -152,13 +155,19 @@ def race_round(
     contenders: Sequence[str],
     alpha: float,
     first_round_inflation: float = 4.0,
+    max_windows: int | None = None,
 ) -> RaceState | None:
     """Which contenders are clearly worse than the leader (lower is better).
 
     ``windows`` holds every window of the run so far, in the order they ran, dropped candidates' too.
     A contender is dropped when the one-sided lower bound of its drift-adjusted difference to the
     leader, at per-comparison error ``alpha``, is above 0. The caller sets ``alpha`` for multiplicity
-    (Bonferroni over comparisons and rounds: :func:`race_alpha`)."""
+    (Bonferroni over comparisons and rounds: :func:`race_alpha`).
+
+    With ``max_windows``, the state also says whether racing is futile (a conditional-power stop): the
+    contrast variance shrinks roughly as 1/windows, so at ``max_windows`` each a contender's lower bound
+    would be ``diff - q * se * sqrt(n / max_windows)``; when that is still <= 0 for every contender left,
+    the remaining budget can only confirm a tie. Only after the drift model has residuals (round 2+)."""
     counts: dict[str, int] = {}
     for w in windows:
         counts[w.candidate] = counts.get(w.candidate, 0) + 1
@@ -202,6 +211,14 @@ def race_round(
         diff = mu[cid] - mu[leader]
         lower = diff - q * float(np.sqrt(max(var(cid, leader), 0.0)))
         state.verdicts[cid] = RaceVerdict(diff=diff, lower=lower, windows=counts[cid], drop=lower > 0.0)
+    if max_windows is not None and fit is not None:
+        kept = [cid for cid, v in state.verdicts.items() if not v.drop]
+        extra = sum(max(0, max_windows - counts[cid]) for cid in kept + [leader])
+        q_final = float(stats.t.ppf(1.0 - alpha, used_df + extra))
+        state.futile = bool(kept) and all(
+            state.verdicts[cid].diff - q_final * float(np.sqrt(max(var(cid, leader), 0.0) * min(
+                1.0, min(counts[cid], counts[leader]) / max_windows))) <= 0.0
+            for cid in kept)
     return state
 
 

@@ -106,3 +106,39 @@ def test_no_interval_without_any_noise_estimate() -> None:
     assert race_round([RaceWindow("a", 0, 0.0), RaceWindow("b", 0, 1.0)], ["a", "b"], 0.01) is None
     value, var = window_log_stat(np.full(8, 5.0), "p50")
     assert var is None and abs(value - np.log(5.0)) < 1e-12
+
+
+def _windows(rng: np.random.Generator, mus: dict[str, float], rounds: int, sd: float) -> list[RaceWindow]:
+    out = []
+    for r in range(rounds):
+        for cid, mu in mus.items():
+            out.append(RaceWindow(cid, r, mu + sd * rng.standard_normal(), (sd / 4) ** 2))
+    return out
+
+
+def test_racing_is_futile_when_the_contenders_left_are_ties_the_budget_cannot_split() -> None:
+    rng = np.random.default_rng(5)
+    # three candidates 0.5% apart with 6% window noise: 10 windows each cannot separate them
+    futile = 0
+    for _ in range(20):
+        windows = _windows(rng, {"a": 0.0, "b": 0.005, "c": 0.01}, rounds=3, sd=0.06)
+        state = race_round(windows, ["a", "b", "c"], alpha=0.01, max_windows=10)
+        assert state is not None
+        futile += state.futile
+    assert futile >= 10  # 13 of 20 here: a tie that happens to look 8% apart is worth more windows
+
+
+def test_racing_is_rarely_futile_while_a_contender_could_still_be_separated() -> None:
+    rng = np.random.default_rng(5)
+    # 15% apart with 8% window noise: seldom separated after 3 rounds, but 10 windows each would
+    # separate them; a third, far slower candidate's windows inform the noise model
+    futile = dropped = 0
+    for _ in range(20):
+        windows = _windows(rng, {"a": 0.0, "b": 0.15, "c": 0.5}, rounds=3, sd=0.08)
+        state = race_round(windows, ["a", "b"], alpha=0.01, max_windows=10)
+        assert state is not None
+        futile += state.futile
+        dropped += any(v.drop for v in state.verdicts.values())
+        assert not race_round(windows, ["a", "b"], alpha=0.01).futile  # no budget: nothing to be futile about
+    assert futile <= 6
+    assert dropped <= 10
