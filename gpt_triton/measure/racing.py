@@ -135,6 +135,7 @@ class RaceVerdict:
     lower: float  # one-sided lower confidence bound of diff
     windows: int
     drop: bool
+    se: float = 0.0  # standard error of diff (drift-adjusted)
 
 
 @dataclass
@@ -209,16 +210,18 @@ def race_round(
         if cid == leader:
             continue
         diff = mu[cid] - mu[leader]
-        lower = diff - q * float(np.sqrt(max(var(cid, leader), 0.0)))
-        state.verdicts[cid] = RaceVerdict(diff=diff, lower=lower, windows=counts[cid], drop=lower > 0.0)
+        se = float(np.sqrt(max(var(cid, leader), 0.0)))
+        lower = diff - q * se
+        state.verdicts[cid] = RaceVerdict(diff=diff, lower=lower, windows=counts[cid], drop=lower > 0.0, se=se)
     if max_windows is not None and fit is not None:
-        kept = [cid for cid, v in state.verdicts.items() if not v.drop]
-        extra = sum(max(0, max_windows - counts[cid]) for cid in kept + [leader])
+        kept = {cid: v for cid, v in state.verdicts.items() if not v.drop}
+        extra = sum(max(0, max_windows - counts[cid]) for cid in [*kept, leader])
         q_final = float(stats.t.ppf(1.0 - alpha, used_df + extra))
-        state.futile = bool(kept) and all(
-            state.verdicts[cid].diff - q_final * float(np.sqrt(max(var(cid, leader), 0.0) * min(
-                1.0, min(counts[cid], counts[leader]) / max_windows))) <= 0.0
-            for cid in kept)
+
+        def projected_se(cid: str, v: RaceVerdict) -> float:  # the contrast's se at max_windows each
+            return v.se * float(np.sqrt(min(1.0, min(counts[cid], counts[leader]) / max_windows)))
+
+        state.futile = bool(kept) and all(v.diff - q_final * projected_se(cid, v) <= 0.0 for cid, v in kept.items())
     return state
 
 
