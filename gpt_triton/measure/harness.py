@@ -103,6 +103,11 @@ class Measurer:
         self.race_windows: dict[str, list[RaceWindow]] = {}
         self._windows_run = 0
 
+    @property
+    def windows_run(self) -> int:
+        """Windows this measurer has run so far, warm-ups included (a measure of the time spent)."""
+        return self._windows_run
+
     # ------------------------------------------------------------ one window
 
     def _window(self, model: str, load: LoadProfile, duration_s: float, min_requests: int) -> WindowSample:
@@ -273,14 +278,33 @@ class Measurer:
         self._say(log, f"measured {len(reps)} distinct candidates in {self._windows_run} windows (warm-ups included)")
         return log
 
-    def remeasure(self, candidates: Sequence[Candidate]) -> dict[str, RemeasureResult]:
-        """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
-        objective's load, with fresh seeds; the basis for the gain's interval."""
+    def _deployed_models(self, candidates: Sequence[Candidate], why: str) -> dict[str, str]:
         models = {}
         for cand in candidates:
             if cand.deploy is None:
-                raise GptTritonError(f"candidate {cand.id} is not deployed: deploy it before re-measuring")
+                raise GptTritonError(f"candidate {cand.id} is not deployed: deploy it before {why}")
             models[cand.id] = cand.deploy.model_name
+        return models
+
+    def compare(self, candidates: Sequence[Candidate], windows: int) -> list[RaceWindow]:
+        """A separate run of exactly ``windows`` windows each at the objective's load, interleaved in a
+        fresh order each round and with fresh seeds, no racing; returns every window's log objective in
+        the order run, for :func:`gpt_triton.measure.racing.drift_fit` (a judge of finalists)."""
+        models = self._deployed_models(candidates, "comparing")
+        load = self.spec.loads[self.objective.load_index]
+        self.seed += 7_777
+        with pinned(self.server_pid) as sharing:
+            self.machine_sharing = sharing
+            run = self._interleave(models, load, False, windows, windows, False, [], shuffle=True)
+        if run.failed:
+            cid, why = next(iter(run.failed.items()))
+            raise GptTritonError(f"comparing {cid} failed: {why}")
+        return run.windows
+
+    def remeasure(self, candidates: Sequence[Candidate]) -> dict[str, RemeasureResult]:
+        """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
+        objective's load, with fresh seeds; the basis for the gain's interval."""
+        models = self._deployed_models(candidates, "re-measuring")
         load = self.spec.loads[self.objective.load_index]
         log: list[str] = []
         self.seed += 7_777  # fresh schedules: independent of the windows that selected the winner

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpt_triton.errors import GptTritonError
 from gpt_triton.measure.harness import Measurer, dedupe_key
+from gpt_triton.measure.racing import drift_fit
 from gpt_triton.measure.records import LoadProfile
 from gpt_triton.records import Candidate, DeployInfo
 from gpt_triton.routes._base import Artifact, Route
@@ -111,3 +113,18 @@ def test_throughput_objective_with_an_slo(delay_models: EmbeddedTriton, requests
     assert slow.reason is not None and "SLO" in slow.reason  # p99 ~20 ms can never meet 10 ms
     chosen = select([fast, slow], objective, lambda c: (True, ""))
     assert chosen.winner_id == "fast" and chosen.values["fast"] < 0
+
+
+@pytest.mark.slow
+def test_compare_runs_fixed_windows_in_shuffled_rounds(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    a, b, c = cand("a", "measure_fast"), cand("b", "measure_slow20"), cand("c", "measure_fast_b")
+    m = Measurer(delay_models.grpc_url, requests_x, spec(warmup_s=0.0, window_s=0.2), ObjectiveSpec(metric="p50"))
+    windows = m.compare([a, b, c], 4)
+    assert m.windows_run == 12 and len(windows) == 12
+    for k in range(4):  # every round holds each candidate once; the judge never races anyone out
+        assert sorted(w.candidate for w in windows[3 * k: 3 * k + 3]) == ["a", "b", "c"]
+        assert {w.round for w in windows[3 * k: 3 * k + 3]} == {k + 1}
+    fit = drift_fit(windows)
+    assert fit is not None and fit.mu["b"] - fit.mu["a"] > 1.0  # 20 ms sleep vs ~0: e-fold and more
+    with pytest.raises(GptTritonError, match="not deployed"):
+        m.compare([cand("a", "measure_fast").model_copy(update={"deploy": None}), b], 2)
