@@ -29,7 +29,9 @@ negative when racing found a faster candidate than the exhaustive run did. The e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -75,6 +77,13 @@ def run(measurer: Measurer, cands: list[Candidate]) -> tuple[float, int, list[st
     return time.monotonic() - start, measurer.windows_run - windows_before, log
 
 
+def dump(path: Path, measurer: Measurer, log: list[str]) -> None:
+    """The run's windows as racing saw them (in the order run) and its decision log, for offline study."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    windows = {label: [dataclasses.asdict(w) for w in ws] for label, ws in measurer.race_windows.items()}
+    path.write_text(json.dumps({"windows": windows, "log": log}, indent=1))
+
+
 def judge(measurer: Measurer, cands: list[Candidate], windows: int) -> DriftFit:
     """A separate interleaved run of ``cands`` (fresh order each round), valued by the drift model."""
     fit = drift_fit(measurer.compare(cands, windows))
@@ -104,6 +113,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="use only the first N candidates (0: all 24)")
     parser.add_argument("--model", default="conv_attention", choices=["conv_attention", "resnet"],
                         help="resnet (~19 ms/inference) spreads the variants wider than conv_attention (~2 ms)")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="write each run's windows (drift-model view) and decision log as JSON here")
     args = parser.parse_args()
     objective = ObjectiveSpec(metric=args.metric)
 
@@ -139,7 +150,9 @@ def main() -> None:
             race_spec = MeasureSpec.model_validate(dict(common, racing=True, max_windows=args.tuner_max_windows))
             exhaustive = [c.model_copy(deep=True) for c in base]
             ex_measurer = Measurer(server.grpc_url, requests, ex_spec, objective, seed=1)
-            ex_s, ex_w, _ = run(ex_measurer, exhaustive)
+            ex_s, ex_w, ex_log = run(ex_measurer, exhaustive)
+            if args.dump:
+                dump(args.dump / "exhaustive.json", ex_measurer, ex_log)
             best = select(exhaustive, objective, everyone)
             assert best.winner_id
             ex_winner: str = best.winner_id
@@ -148,8 +161,11 @@ def main() -> None:
             races = []
             for k in range(args.racing_runs):
                 racing = [c.model_copy(deep=True) for c in base]
-                race_s, race_w, race_log = run(Measurer(server.grpc_url, requests, race_spec, objective,
-                                                        seed=2 + k, race_after=args.race_after), racing)
+                race_measurer = Measurer(server.grpc_url, requests, race_spec, objective, seed=2 + k,
+                                         race_after=args.race_after)
+                race_s, race_w, race_log = run(race_measurer, racing)
+                if args.dump:
+                    dump(args.dump / f"racing_{k + 1}.json", race_measurer, race_log)
                 won = select(racing, objective, everyone)
                 assert won.winner_id
                 races.append((won.winner_id, won, race_s, race_w, race_log))

@@ -135,7 +135,7 @@ class Measurer:
                                          seed=self.seed * 7919 + self._windows_run)
             run.windows.append(RaceWindow(cid, round_no, value, var))
 
-    def _race(self, run: _Run, log: list[str], max_windows: int) -> bool:
+    def _race(self, run: _Run, log: list[str], max_windows: int, done: set[str]) -> bool:
         """Drop the contenders clearly worse than the leader; True when the rest cannot be separated
         within ``max_windows`` (racing is futile: stop and let selection declare the tie)."""
         contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
@@ -151,7 +151,7 @@ class Measurer:
                     run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
                     self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
                     contenders.remove(cid)
-        state = race_round(run.windows, contenders, alpha, max_windows=max_windows)
+        state = race_round(run.windows, contenders, alpha, max_windows=max_windows, frozen=frozenset(done))
         if state is None:
             return False
         metric = "1/throughput" if self.objective.metric == "throughput" else self.objective.metric
@@ -209,7 +209,7 @@ class Measurer:
                 self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
                               f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
             if racing and round_no >= self.race_after:
-                futile = self._race(run, log, max_windows)
+                futile = self._race(run, log, max_windows, done)
                 left = [c for c in models if c not in run.dropped and c not in run.failed]
                 if len(left) == 1 and len(run.samples) > 1 and left[0] not in done:
                     done.add(left[0])  # separated from every other candidate: nothing left to compare

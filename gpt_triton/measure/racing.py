@@ -157,6 +157,7 @@ def race_round(
     alpha: float,
     first_round_inflation: float = 4.0,
     max_windows: int | None = None,
+    frozen: frozenset[str] = frozenset(),
 ) -> RaceState | None:
     """Which contenders are clearly worse than the leader (lower is better).
 
@@ -166,9 +167,13 @@ def race_round(
     (Bonferroni over comparisons and rounds: :func:`race_alpha`).
 
     With ``max_windows``, the state also says whether racing is futile (a conditional-power stop): the
-    contrast variance shrinks roughly as 1/windows, so at ``max_windows`` each a contender's lower bound
-    would be ``diff - q * se * sqrt(n / max_windows)``; when that is still <= 0 for every contender left,
-    the remaining budget can only confirm a tie. Only after the drift model has residuals (round 2+)."""
+    contrast variance shrinks roughly as 1/n_contender + 1/n_leader, so at ``max_windows`` each a
+    contender's lower bound would be ``diff - q * se * sqrt(2 / max_windows / (1/n_c + 1/n_l))``; when that
+    is still <= 0 for every contender left,
+    the remaining budget can only confirm a tie. Candidates in ``frozen`` get no more windows (the
+    harness stopped them, e.g. as stable): their projection keeps their current count, so a stopped
+    candidate that was not dropped cannot hold the race open forever. Only after the drift model has
+    residuals (round 2+)."""
     counts: dict[str, int] = {}
     for w in windows:
         counts[w.candidate] = counts.get(w.candidate, 0) + 1
@@ -215,11 +220,14 @@ def race_round(
         state.verdicts[cid] = RaceVerdict(diff=diff, lower=lower, windows=counts[cid], drop=lower > 0.0, se=se)
     if max_windows is not None and fit is not None:
         kept = {cid: v for cid, v in state.verdicts.items() if not v.drop}
-        extra = sum(max(0, max_windows - counts[cid]) for cid in [*kept, leader])
+        final = {cid: counts[cid] if cid in frozen else max(counts[cid], max_windows) for cid in [*kept, leader]}
+        extra = sum(final[cid] - counts[cid] for cid in final)
         q_final = float(stats.t.ppf(1.0 - alpha, used_df + extra))
 
-        def projected_se(cid: str, v: RaceVerdict) -> float:  # the contrast's se at max_windows each
-            return v.se * float(np.sqrt(min(1.0, min(counts[cid], counts[leader]) / max_windows)))
+        def projected_se(cid: str, v: RaceVerdict) -> float:  # the contrast's se once the budget is spent
+            now = 1.0 / counts[cid] + 1.0 / counts[leader]
+            then = 1.0 / final[cid] + 1.0 / final[leader]
+            return v.se * float(np.sqrt(min(1.0, then / now)))
 
         state.futile = bool(kept) and all(v.diff - q_final * projected_se(cid, v) <= 0.0 for cid, v in kept.items())
     return state

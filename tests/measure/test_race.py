@@ -142,3 +142,26 @@ def test_racing_is_rarely_futile_while_a_contender_could_still_be_separated() ->
         assert not race_round(windows, ["a", "b"], alpha=0.01).futile  # no budget: nothing to be futile about
     assert futile <= 6
     assert dropped <= 10
+
+
+def test_a_stopped_candidate_that_was_not_dropped_does_not_hold_the_race_open() -> None:
+    rng = np.random.default_rng(5)
+    # b is 15% slower: 10 windows each could separate it, so the race is seldom futile while b is still
+    # measured. Once the harness stopped b (stable after 3 windows), only the leader's windows can
+    # sharpen the contrast; once both are stopped, nothing can, and the race must be released.
+    held_open = released_b = released_both = undropped = 0
+    for _ in range(20):
+        windows = _windows(rng, {"a": 0.0, "b": 0.15, "c": 0.5}, rounds=3, sd=0.08)
+        live = race_round(windows, ["a", "b"], alpha=0.01, max_windows=10)
+        b_stopped = race_round(windows, ["a", "b"], alpha=0.01, max_windows=10, frozen=frozenset({"b"}))
+        both = race_round(windows, ["a", "b"], alpha=0.01, max_windows=10, frozen=frozenset({"a", "b"}))
+        assert live is not None and b_stopped is not None and both is not None
+        if any(v.drop for v in live.verdicts.values()):
+            continue
+        undropped += 1
+        held_open += not live.futile
+        released_b += b_stopped.futile and not live.futile
+        released_both += both.futile
+        assert b_stopped.futile >= live.futile  # stopping b never makes a futile race worth continuing
+    assert held_open >= 10 and released_both == undropped  # nothing more to measure: always a tie
+    assert released_b >= 1  # the leader's windows alone seldom suffice
