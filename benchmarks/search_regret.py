@@ -153,7 +153,7 @@ def main() -> None:
             ex_s, ex_w, ex_log = run(ex_measurer, exhaustive)
             if args.dump:
                 dump(args.dump / "exhaustive.json", ex_measurer, ex_log)
-            best = select(exhaustive, objective, everyone)
+            best = select(exhaustive, objective, everyone, [ex_measurer.contrasts] if ex_measurer.contrasts else [])
             assert best.winner_id
             ex_winner: str = best.winner_id
             print(f"exhaustive: {ex_w} windows, {ex_s:.0f} s; selected {best.winner_id} "
@@ -166,7 +166,8 @@ def main() -> None:
                 race_s, race_w, race_log = run(race_measurer, racing)
                 if args.dump:
                     dump(args.dump / f"racing_{k + 1}.json", race_measurer, race_log)
-                won = select(racing, objective, everyone)
+                won = select(racing, objective, everyone,
+                             [race_measurer.contrasts] if race_measurer.contrasts else [])
                 assert won.winner_id
                 races.append((won.winner_id, won, race_s, race_w, race_log))
                 print(f"racing run {k + 1}: {race_w} windows, {race_s:.0f} s; selected {won.winner_id} "
@@ -200,6 +201,12 @@ def main() -> None:
         line = (f"racing run {k}: {race_w} windows ({race_w / ex_w:.2f} of exhaustive), {race_s:.0f} s "
                 f"({race_s / ex_s:.2f} of exhaustive wall time); dropped {dropped}; selected {won.winner_id}; "
                 f"naive regret on the exhaustive pooled values {100 * naive:.1f}%")
+        if ex_fit is not None and won.ties:
+            # What a tie-break on accuracy margin or build cost could cost: the slowest declared tie,
+            # valued on the exhaustive drift-adjusted effects.
+            worst = max([won_id, *won.ties], key=ex_fit.mu.__getitem__)
+            line += (f"; tie of {1 + len(won.ties)}, slowest {worst} "
+                     f"{100 * (np.exp(ex_fit.mu[worst] - min(ex_fit.mu.values())) - 1):+.1f}% vs the exhaustive best")
         if won_id == ex_winner:
             line += "; same as the exhaustive winner: regret 0"
             summary.append((race_s / ex_s, 0.0, 0.0))

@@ -318,6 +318,8 @@ def _tune(run: Run, ref: ReferenceSet, repository: Path, signing_key: bytes | No
                                     processes=spec.measure.client_processes)
                 for line in measurer.measure(feasible):
                     run.decide(line)
+                if measurer.contrasts is not None:
+                    report.contrasts.append(measurer.contrasts)
             search.tell(batch, lambda c: objective_value(c.latency, spec.objective) if c.status == "measured" else None)
             for candidate in batch:
                 cache.record(candidate)
@@ -364,7 +366,7 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
     if report.isolated_vs_served_rho is not None:
         run.decide(f"isolated (in-process) vs served ranking: Spearman rho {rho:.2f} over {len(measured)} candidates; "
                    "selection uses the served figures only")
-    selection = select(measured, spec.objective, _eligible(run))
+    selection = select(measured, spec.objective, _eligible(run), report.contrasts, spec.measure.confidence)
     for line in selection.log:
         run.decide(f"select (tuning split): {line}")
     report.selected_id = selection.winner_id
@@ -442,11 +444,14 @@ def _repeat_check(run: Run, measured: Sequence[Candidate], first: Selection, sta
     with open_server(run, staging, "repeat") as server:
         loaded = deploy(run, server, copies, staging, suffix="_k")
         with run.progress.bar("repeat check: measuring again (windows)", None) as advance:
-            Measurer(server.grpc_url, run.tuning.inputs, run.spec.measure, run.spec.objective,
-                     metrics_url=server.metrics_url, progress=advance,
-                     processes=run.spec.measure.client_processes).measure(loaded)
+            measurer = Measurer(server.grpc_url, run.tuning.inputs, run.spec.measure, run.spec.objective,
+                                metrics_url=server.metrics_url, progress=advance,
+                                processes=run.spec.measure.client_processes)
+            measurer.measure(loaded)
         unload(server, loaded)
-    second = select([c for c in copies if c.status == "measured"], run.spec.objective, _eligible(run))
+    contrasts = [measurer.contrasts] if measurer.contrasts is not None else []
+    second = select([c for c in copies if c.status == "measured"], run.spec.objective, _eligible(run), contrasts,
+                    run.spec.measure.confidence)
     first_set = {first.winner_id, *first.ties}
     second_set = {second.winner_id, *second.ties}
     if first.winner_id == second.winner_id:

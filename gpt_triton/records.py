@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from gpt_triton.accuracy.records import AccuracyResult
-from gpt_triton.measure.records import Interval, IsolatedStats, LatencyStats
+from gpt_triton.measure.records import Interval, IsolatedStats, LatencyStats, ObjectiveContrasts
 from gpt_triton.model_info import ModelInfo
 from gpt_triton.routes._base import Artifact, Route
 
@@ -100,6 +100,8 @@ class RunReport(BaseModel):
     promoted_path: str | None = None
     isolated_vs_served_rho: float | None = None  # Spearman rank correlation, isolated vs served ordering
     repeat_check: dict[str, Any] | None = None  # --repeat-check: the two selections and whether they agree
+    # One per interleaved measurement run (search batch): the drift model selection's tie test reads.
+    contrasts: list[ObjectiveContrasts] = Field(default_factory=list)
     decisions: list[str] = Field(default_factory=list)  # human-readable log: what each decision used
     tuning_seconds: float = 0.0
     status: Literal["running", "done", "failed"] = "running"

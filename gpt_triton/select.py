@@ -1,8 +1,9 @@
 """Selection: the objective, ties within the noise, and the re-measured gain with its interval.
 
 Unlike TensorRT's tuner (strict less-than on one mean, no noise margin), the winner is the best point
-estimate only when its confidence interval separates it from the rest. Candidates whose objective
-intervals overlap the best one are a *tie*; a tie is broken by the larger accuracy margin, then the
+estimate only when its confidence interval separates it from the rest. Candidates within the noise of
+the best one are a *tie* (judged on their paired, drift-adjusted difference when one interleaved run
+measured both, else by overlapping intervals); a tie is broken by the larger accuracy margin, then the
 lower build cost, then the point estimate - so a rewrite that is not measurably faster does not win
 over a more exact or cheaper candidate.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, Field
 
-from gpt_triton.measure.records import Interval, LatencyStats
+from gpt_triton.measure.records import Interval, LatencyStats, ObjectiveContrasts
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
 from gpt_triton.records import Candidate, Gain
 from gpt_triton.spec import ObjectiveSpec
@@ -73,11 +74,30 @@ def _margin(candidate: Candidate) -> float:
     return candidate.accuracy.min_margin if candidate.accuracy is not None else float("-inf")
 
 
+def _tied(a: tuple[Candidate, Interval], best: tuple[Candidate, Interval],
+          contrasts: Sequence[ObjectiveContrasts], level: float) -> tuple[bool, str]:
+    """Is ``a`` within the noise of ``best``? On their difference in the drift model of a run that
+    measured both (drift shared by the two cancels); else by overlap of their own intervals."""
+    record = next((r for r in contrasts if r.covers(a[0].id, best[0].id)), None)
+    if record is not None:
+        return record.tied(a[0].id, best[0].id, level), "paired"
+    return overlaps(a[1], best[1]), "overlap"
+
+
 def select(
     candidates: Sequence[Candidate],
     objective: ObjectiveSpec,
     eligible: Callable[[Candidate], tuple[bool, str]],
+    contrasts: Sequence[ObjectiveContrasts] = (),
+    level: float = 0.95,
 ) -> Selection:
+    """The winner among eligible measured candidates (see the module docstring).
+
+    ``contrasts`` are the drift models of the interleaved runs that measured the candidates
+    (:attr:`gpt_triton.measure.harness.Measurer.contrasts`): two candidates measured in the same run are
+    a tie when the ``level`` interval of their paired difference contains 0; candidates from different
+    runs (or without a record) fall back to overlap of their own intervals, which is more conservative.
+    """
     out = Selection()
     pool: list[tuple[Candidate, Interval]] = []
     for cand in candidates:
@@ -99,7 +119,8 @@ def select(
         return out
     pool.sort(key=lambda item: item[1].value)
     best, best_iv = pool[0]
-    tied = [(c, iv) for c, iv in pool if overlaps(iv, best_iv)]
+    verdicts = {c.id: _tied((c, iv), (best, best_iv), contrasts, level) for c, iv in pool}
+    tied = [(c, iv) for c, iv in pool if verdicts[c.id][0]]
     unit = "req/s (negated)" if objective.metric == "throughput" else "ms"
     out.log.append(
         f"best point estimate {best.id}: {objective.metric} {best_iv.value:.4g} {unit} "
@@ -111,6 +132,7 @@ def select(
         out.log.append(
             "tie within the noise among " + ", ".join(
                 f"{c.id} {iv.value:.4g} [{iv.low:.4g}, {iv.high:.4g}] margin {_margin(c):.3g} build {c.build.seconds:.1f}s"
+                + (f" ({verdicts[c.id][1]})" if c.id != best.id else "")
                 for c, iv in tied)
             + f" -> {tied[0][0].id} (larger accuracy margin, then lower build cost)"
         )

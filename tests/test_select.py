@@ -6,7 +6,7 @@ import numpy as np
 
 from gpt_triton.accuracy.records import AccuracyResult
 from gpt_triton.measure.harness import RemeasureResult
-from gpt_triton.measure.records import Interval, LatencyStats, LoadProfile, WindowResult
+from gpt_triton.measure.records import Interval, LatencyStats, LoadProfile, ObjectiveContrasts, WindowResult
 from gpt_triton.records import BuildCost, Candidate
 from gpt_triton.routes._base import Route
 from gpt_triton.select import gain, objective_value, select
@@ -52,6 +52,25 @@ def test_tie_goes_to_the_larger_accuracy_margin() -> None:
 def test_equal_margins_tie_goes_to_the_cheaper_build() -> None:
     cands = [cand("a", (5.0, 4.6, 5.4), build_s=30.0), cand("b", (5.1, 4.7, 5.5), build_s=2.0)]
     assert select(cands, ObjectiveSpec(), always).winner_id == "b"
+
+
+def test_paired_contrasts_separate_what_overlapping_intervals_call_a_tie() -> None:
+    # Marginal intervals carry the machine's drift: 5 [3, 7] and 6.5 [4.5, 8.5] overlap. Measured in one
+    # interleaved run, their paired difference (drift shared by both cancels) is 26% +- 2%: no tie.
+    slower_but_exact = cand("b", (6.5, 4.5, 8.5), margin=0.9)
+    cands = [cand("a", (5.0, 3.0, 7.0), margin=0.1), slower_but_exact, cand("c", (5.1, 3.1, 7.1), margin=0.2)]
+    assert select(cands, ObjectiveSpec(), always).winner_id == "b"  # overlap: a tie, won on the margin
+    record = ObjectiveContrasts(ids=["a", "b", "x"], mu=[np.log(5.0), np.log(6.5), np.log(5.1)],
+                               cov=[[4e-4, 3e-4, 3e-4], [3e-4, 4e-4, 3e-4], [3e-4, 3e-4, 4e-4]], df=30,
+                               aliases={"c": "x"})  # c is a duplicate of x, measured once
+    sel = select(cands, ObjectiveSpec(), always, [record])
+    assert sel.winner_id == "c" and sel.ties == ["a"]  # c is 2% from a, within its +-2.9%: a tie
+    assert "b" not in sel.ties
+    assert any("(paired)" in line for line in sel.log)
+    # A candidate no record covers falls back to the overlap of its own interval.
+    other = cand("d", (5.5, 3.5, 7.5), margin=0.95)
+    sel = select([*cands, other], ObjectiveSpec(), always, [record])
+    assert sel.winner_id == "d" and any("d 5.5" in line and "(overlap)" in line for line in sel.log)
 
 
 def test_only_measured_and_eligible_candidates_count() -> None:

@@ -26,8 +26,15 @@ import numpy as np
 
 from gpt_triton.errors import GptTritonError
 from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
-from gpt_triton.measure.racing import RaceWindow, race_alpha, race_round, window_log_stat
-from gpt_triton.measure.records import LatencyStats, LoadProfile
+from gpt_triton.measure.racing import (
+    RaceWindow,
+    contrasts_from_fit,
+    drift_fit,
+    race_alpha,
+    race_round,
+    window_log_stat,
+)
+from gpt_triton.measure.records import LatencyStats, LoadProfile, ObjectiveContrasts
 from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 from gpt_triton.records import Candidate
@@ -101,6 +108,9 @@ class Measurer:
         # The racing view of every window of the last measure() (log objective, in the order run), by
         # load label: what the drift model was fitted on, kept for reports and benchmarks.
         self.race_windows: dict[str, list[RaceWindow]] = {}
+        # The drift model of the last measure()'s objective-load run, for selection's tie test (None when
+        # the objective spans several loads, or too few windows ran to fit it).
+        self.contrasts: ObjectiveContrasts | None = None
         self._windows_run = 0
 
     @property
@@ -263,6 +273,11 @@ class Measurer:
                                            spec.max_windows, True, log)
                 excluded |= set(runs[i].dropped) | set(runs[i].failed)
                 self.race_windows[spec.loads[i].label()] = runs[i].windows
+        fit = drift_fit(runs[obj_index].windows)
+        if self.objective.metric == "throughput" and spec.loads[obj_index].kind != "concurrency":
+            fit = None  # the objective is the best held rate over several loads, not one load's windows
+        aliases = {c.id: group[0].id for group in groups.values() for c in group[1:]}
+        self.contrasts = contrasts_from_fit(fit, aliases) if fit is not None else None
         for cid, rep in reps.items():
             failed = next((runs[i].failed[cid] for i in order if cid in runs[i].failed), None)
             stats = [

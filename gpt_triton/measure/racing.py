@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from gpt_triton.measure.records import ObjectiveContrasts
 from gpt_triton.measure.stats import Statistic, statistic_fn
 
 
@@ -80,6 +81,13 @@ class DriftFit:
         i, j = self.candidates.index(a), self.candidates.index(b)
         v = self.cov_unscaled
         return float((self.sigma2 if sigma2 is None else sigma2) * (v[i, i] + v[j, j] - 2.0 * v[i, j]))
+
+
+def contrasts_from_fit(fit: DriftFit, aliases: dict[str, str] | None = None) -> ObjectiveContrasts:
+    """The fit as a serialisable record for selection and the report."""
+    cov = fit.cov_unscaled * fit.sigma2
+    return ObjectiveContrasts(ids=list(fit.candidates), mu=[fit.mu[c] for c in fit.candidates],
+                              cov=cov.tolist(), df=fit.df, aliases=dict(aliases or {}))
 
 
 def _prais_winsten(x: np.ndarray, y: np.ndarray, rho: float) -> tuple[np.ndarray, np.ndarray]:

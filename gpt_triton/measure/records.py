@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
+from scipy import stats
 
 
 class LoadProfile(BaseModel):
@@ -80,3 +82,33 @@ class IsolatedStats(BaseModel):
 
     single_request_ms: float | None = None
     profiler_op_sum_ms: float | None = None
+
+
+class ObjectiveContrasts(BaseModel):
+    """The drift model of one interleaved run at the objective's load (log objective, lower is better):
+    candidate effects and their covariance, so two candidates measured in that run are compared on
+    their *difference*, where drift shared by both cancels, instead of by overlap of their marginal
+    intervals (which each carry the whole drift and so call a 30% gap a tie on a noisy machine)."""
+
+    ids: list[str]
+    mu: list[float]
+    cov: list[list[float]]  # covariance of mu (already scaled by the innovation variance)
+    df: int
+    aliases: dict[str, str] = Field(default_factory=dict)  # duplicate candidate -> the one measured
+
+    def covers(self, a: str, b: str) -> bool:
+        ids = set(self.ids)
+        return self.aliases.get(a, a) in ids and self.aliases.get(b, b) in ids
+
+    def contrast(self, a: str, b: str) -> tuple[float, float]:
+        """log(objective a / objective b) and its standard error."""
+        i, j = self.ids.index(self.aliases.get(a, a)), self.ids.index(self.aliases.get(b, b))
+        if i == j:
+            return 0.0, 0.0
+        var = self.cov[i][i] + self.cov[j][j] - 2.0 * self.cov[i][j]
+        return self.mu[i] - self.mu[j], float(np.sqrt(max(var, 0.0)))
+
+    def tied(self, a: str, b: str, level: float) -> bool:
+        """True when the two-sided ``level`` interval of the contrast contains 0."""
+        diff, se = self.contrast(a, b)
+        return abs(diff) <= float(stats.t.ppf(0.5 + level / 2.0, max(self.df, 1))) * se

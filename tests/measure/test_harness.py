@@ -59,6 +59,7 @@ def test_racing_drops_the_slow_candidate_after_one_full_window(delay_models: Emb
     assert "slow" not in {cid for cid, label in m.window_order if label == loads[1].label()}
     chosen = select([fast, slow], ObjectiveSpec(metric="p50"), lambda c: (True, ""))
     assert chosen.winner_id == "fast" and chosen.ties == []
+    assert m.contrasts is None  # one window each: no residual to fit a drift model on; intervals decide
 
 
 @pytest.mark.slow
@@ -73,6 +74,10 @@ def test_without_racing_every_candidate_gets_its_windows(delay_models: EmbeddedT
     assert server.success_count == sum(w.requests for w in slow.latency[0].windows)
     assert slow.latency[0].windows[0].server is not None and slow.latency[0].windows[0].server.metrics_delta
     assert m.machine_sharing["cores"] >= 1 and "note" in m.machine_sharing
+    # The drift model of the objective load's run, for selection's paired tie test.
+    assert m.contrasts is not None and m.contrasts.covers("fast", "slow")
+    diff, se = m.contrasts.contrast("slow", "fast")
+    assert diff > 1.0 and se > 0 and not m.contrasts.tied("slow", "fast", 0.95)
 
 
 @pytest.mark.slow
@@ -88,6 +93,8 @@ def test_duplicates_are_measured_once_and_missing_models_fail(delay_models: Embe
     assert b.status == "measured" and b.latency[0].p99_ms == a.latency[0].p99_ms
     assert b.latency[0] is not a.latency[0]  # copied, not shared
     assert missing.status == "failed" and missing.reason and "no_such_model" in missing.reason
+    # One candidate measured: no contrast to fit, so selection falls back to its intervals.
+    assert m.contrasts is None
 
 
 @pytest.mark.slow
