@@ -73,6 +73,20 @@ def test_paired_contrasts_separate_what_overlapping_intervals_call_a_tie() -> No
     assert sel.winner_id == "d" and any("d 5.5" in line and "(overlap)" in line for line in sel.log)
 
 
+def test_tie_break_ignores_float_noise_in_margins_and_build_seconds() -> None:
+    # Seen in `make demo`: margins 1.0 vs 0.99999 and builds 0.0 s vs 1.3 s decided a 14-way tie in
+    # favour of a candidate twice as slow. Within a resolution they are equal; speed decides.
+    slow = cand("slow", (4.8, 2.0, 7.0), margin=1.0, build_s=0.0)
+    fast = cand("fast", (2.5, 1.9, 5.0), margin=0.99999, build_s=1.3)
+    sel = select([slow, fast], ObjectiveSpec(), always)
+    assert sel.winner_id == "fast" and sel.ties == ["slow"]
+    # A real difference still counts: a clearly larger margin, or a build a minute cheaper.
+    assert select([slow, cand("fast", (2.5, 1.9, 5.0), margin=0.5, build_s=1.3)], ObjectiveSpec(),
+                  always).winner_id == "slow"
+    assert select([slow, cand("fast", (2.5, 1.9, 5.0), margin=1.0, build_s=60.0)], ObjectiveSpec(),
+                  always).winner_id == "slow"
+
+
 def test_only_measured_and_eligible_candidates_count() -> None:
     cands = [cand("x", (1, 0.9, 1.1), status="failed"), cand("y", (2, 1.9, 2.1)), cand("z", (3, 2.9, 3.1))]
     sel = select(cands, ObjectiveSpec(), lambda c: (c.id != "y", "accuracy margin too small"))
