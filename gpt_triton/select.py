@@ -75,6 +75,10 @@ def objective_value(stats_list: list[LatencyStats], objective: ObjectiveSpec) ->
 # speed. Seen in `make demo`: fourteen candidates tied on p99, all with margin ~1.0, and unrounded
 # keys handed the win to a 4.8 ms serving variant (build 0.0 s) over a 2.5 ms engine (build 1.3 s).
 MARGIN_RESOLUTION = 0.01
+# With fewer residual degrees of freedom the drift model's noise estimate is itself a guess (t quantile
+# 12.7 at df 1): two candidates x three windows give df 1, and the paired test would call a 20x gap a
+# tie. Below this, the intervals' overlap decides.
+MIN_PAIRED_DF = 4
 BUILD_COST_RESOLUTION_S = 10.0
 
 
@@ -99,7 +103,7 @@ def _tied(a: tuple[Candidate, Interval], best: tuple[Candidate, Interval],
           contrasts: Sequence[ObjectiveContrasts], level: float) -> tuple[bool, str]:
     """Is ``a`` within the noise of ``best``? On their difference in the drift model of a run that
     measured both (drift shared by the two cancels); else by overlap of their own intervals."""
-    record = next((r for r in contrasts if r.covers(a[0].id, best[0].id)), None)
+    record = next((r for r in contrasts if r.covers(a[0].id, best[0].id) and r.df >= MIN_PAIRED_DF), None)
     if record is not None:
         return record.tied(a[0].id, best[0].id, level), "paired"
     return overlaps(a[1], best[1]), "overlap"

@@ -67,6 +67,9 @@ def test_paired_contrasts_separate_what_overlapping_intervals_call_a_tie() -> No
     assert sel.winner_id == "c" and sel.ties == ["a"]  # c is 2% from a, within its +-2.9%: a tie
     assert "b" not in sel.ties
     assert any("(paired)" in line for line in sel.log)
+    # A record with too few degrees of freedom is not used: overlap decides, as without it.
+    thin = record.model_copy(update={"df": 2})
+    assert select(cands, ObjectiveSpec(), always, [thin]).winner_id == "b"
     # A candidate no record covers falls back to the overlap of its own interval.
     other = cand("d", (5.5, 3.5, 7.5), margin=0.95)
     sel = select([*cands, other], ObjectiveSpec(), always, [record])
