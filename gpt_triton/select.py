@@ -75,11 +75,11 @@ def objective_value(stats_list: list[LatencyStats], objective: ObjectiveSpec) ->
 # speed. Seen in `make demo`: fourteen candidates tied on p99, all with margin ~1.0, and unrounded
 # keys handed the win to a 4.8 ms serving variant (build 0.0 s) over a 2.5 ms engine (build 1.3 s).
 MARGIN_RESOLUTION = 0.01
+BUILD_COST_RESOLUTION_S = 10.0
 # With fewer residual degrees of freedom the drift model's noise estimate is itself a guess (t quantile
 # 12.7 at df 1): two candidates x three windows give df 1, and the paired test would call a 20x gap a
 # tie. Below this, the intervals' overlap decides.
 MIN_PAIRED_DF = 4
-BUILD_COST_RESOLUTION_S = 10.0
 
 
 def _margin(candidate: Candidate) -> float:
@@ -95,7 +95,8 @@ def _break_tie(tied: list[tuple[Candidate, Interval]]) -> list[tuple[Candidate, 
     cheapest = min(c.build.seconds for c, _ in by_margin)
     by_cost = sorted((t for t in by_margin if t[0].build.seconds <= cheapest + BUILD_COST_RESOLUTION_S),
                      key=lambda t: t[1].value)
-    rest = [t for t in tied if t not in by_cost]
+    chosen = {c.id for c, _ in by_cost}
+    rest = [t for t in tied if t[0].id not in chosen]
     return by_cost + (_break_tie(rest) if rest else [])
 
 
@@ -121,7 +122,8 @@ def select(
     ``contrasts`` are the drift models of the interleaved runs that measured the candidates
     (:attr:`gpt_triton.measure.harness.Measurer.contrasts`): two candidates measured in the same run are
     a tie when the ``level`` interval of their paired difference contains 0; candidates from different
-    runs (or without a record) fall back to overlap of their own intervals, which is more conservative.
+    runs, without a record, or from a run whose model has fewer than MIN_PAIRED_DF residual degrees of
+    freedom fall back to overlap of their own intervals.
     """
     out = Selection()
     pool: list[tuple[Candidate, Interval]] = []
@@ -159,8 +161,8 @@ def select(
                 f"{c.id} {iv.value:.4g} [{iv.low:.4g}, {iv.high:.4g}] margin {_margin(c):.3g} build {c.build.seconds:.1f}s"
                 + (f" ({verdicts[c.id][1]})" if c.id != best.id else "")
                 for c, iv in tied)
-            + f" -> {tied[0][0].id} (larger accuracy margin, then lower build cost, then faster; margins compared in "
-            f"steps of {MARGIN_RESOLUTION:g}, builds in steps of {BUILD_COST_RESOLUTION_S:g} s)"
+            + f" -> {tied[0][0].id} (larger accuracy margin, then lower build cost, then faster; margins within "
+            f"{MARGIN_RESOLUTION:g} and builds within {BUILD_COST_RESOLUTION_S:g} s count as equal)"
         )
     winner = tied[0][0]
     out.winner_id = winner.id

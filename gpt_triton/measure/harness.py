@@ -293,43 +293,36 @@ class Measurer:
         self._say(log, f"measured {len(reps)} distinct candidates in {self._windows_run} windows (warm-ups included)")
         return log
 
-    def _deployed_models(self, candidates: Sequence[Candidate], why: str) -> dict[str, str]:
+    def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> _Run:
+        """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds
+        (independent of the windows that selected anyone); a failed candidate fails the whole run."""
         models = {}
         for cand in candidates:
             if cand.deploy is None:
-                raise GptTritonError(f"candidate {cand.id} is not deployed: deploy it before {why}")
+                raise GptTritonError(f"candidate {cand.id} is not deployed: deploy it before {doing}")
             models[cand.id] = cand.deploy.model_name
-        return models
+        load = self.spec.loads[self.objective.load_index]
+        self.seed += 7_777
+        with pinned(self.server_pid) as sharing:
+            self.machine_sharing = sharing
+            run = self._interleave(models, load, False, windows, windows, False, [], shuffle=shuffle)
+        if run.failed:
+            cid, why = next(iter(run.failed.items()))
+            raise GptTritonError(f"{doing} {cid} failed: {why}")
+        return run
 
     def compare(self, candidates: Sequence[Candidate], windows: int) -> list[RaceWindow]:
         """A separate run of exactly ``windows`` windows each at the objective's load, interleaved in a
         fresh order each round and with fresh seeds, no racing; returns every window's log objective in
         the order run, for :func:`gpt_triton.measure.racing.drift_fit` (a judge of finalists)."""
-        models = self._deployed_models(candidates, "comparing")
-        load = self.spec.loads[self.objective.load_index]
-        self.seed += 7_777
-        with pinned(self.server_pid) as sharing:
-            self.machine_sharing = sharing
-            run = self._interleave(models, load, False, windows, windows, False, [], shuffle=True)
-        if run.failed:
-            cid, why = next(iter(run.failed.items()))
-            raise GptTritonError(f"comparing {cid} failed: {why}")
-        return run.windows
+        return self._separate_run(candidates, windows, True, "comparing").windows
 
     def remeasure(self, candidates: Sequence[Candidate]) -> dict[str, RemeasureResult]:
         """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
         objective's load, with fresh seeds; the basis for the gain's interval."""
-        models = self._deployed_models(candidates, "re-measuring")
+        # A, B, C, A, B, C: the classic alternation, not shuffled
+        run = self._separate_run(candidates, self.spec.remeasure_windows, False, "re-measuring")
         load = self.spec.loads[self.objective.load_index]
-        log: list[str] = []
-        self.seed += 7_777  # fresh schedules: independent of the windows that selected the winner
-        with pinned(self.server_pid) as sharing:
-            self.machine_sharing = sharing
-            run = self._interleave(models, load, False, self.spec.remeasure_windows, self.spec.remeasure_windows,
-                                   False, log, shuffle=False)  # A, B, C, A, B, C: the classic alternation
-        if run.failed:
-            cid, why = next(iter(run.failed.items()))
-            raise GptTritonError(f"re-measuring {cid} failed: {why}")
         out = {}
         for cid, samples in run.samples.items():
             stats = summarise(load, samples, self.spec.stability, self.spec.confidence,

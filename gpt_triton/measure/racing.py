@@ -176,9 +176,8 @@ def race_round(
 
     With ``max_windows``, the state also says whether racing is futile (a conditional-power stop): the
     contrast variance shrinks roughly as 1/n_contender + 1/n_leader, so at ``max_windows`` each a
-    contender's lower bound would be ``diff - q * se * sqrt(2 / max_windows / (1/n_c + 1/n_l))``; when that
-    is still <= 0 for every contender left,
-    the remaining budget can only confirm a tie. Candidates in ``frozen`` get no more windows (the
+    contender's lower bound would be ``diff - q * se * sqrt(2 / max_windows / (1/n_c + 1/n_l))``; when
+    that is still <= 0 for every contender left, the remaining budget can only confirm a tie. Candidates in ``frozen`` get no more windows (the
     harness stopped them, e.g. as stable): their projection keeps their current count, so a stopped
     candidate that was not dropped cannot hold the race open forever. Only after the drift model has
     residuals (round 2+)."""
