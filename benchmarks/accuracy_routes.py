@@ -48,8 +48,8 @@ from gpt_triton.accuracy import (  # noqa: E402
     synthesize_reference,
 )
 from gpt_triton.accuracy.compare import max_abs_error  # noqa: E402
-from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes  # noqa: E402
-from gpt_triton.spec import AccuracySpec, ToleranceSpec  # noqa: E402
+from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes  # noqa: E402
+from gpt_triton.core.spec import AccuracySpec, ToleranceSpec  # noqa: E402
 
 Request = dict[str, np.ndarray]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.measure.loadgen import run_window
-from gpt_triton.measure.records import LoadProfile
 from gpt_triton.server import EmbeddedTriton
 
 MODEL_PY = '''

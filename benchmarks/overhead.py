@@ -54,11 +54,11 @@ import tritonclient.grpc as grpcclient
 from rich.console import Console
 from rich.table import Table
 
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy import write_model
-from gpt_triton.errors import GptTritonError
 from gpt_triton.measure.isolated import ort_session
-from gpt_triton.model_info import inspect_model, resolve_shapes
-from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 

@@ -39,15 +39,15 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.routes import Artifact, Route
+from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.racing import DriftFit, drift_fit
-from gpt_triton.model_info import inspect_model, resolve_shapes, sha256_file
-from gpt_triton.records import Candidate
-from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.select import select
 from gpt_triton.server import EmbeddedTriton
-from gpt_triton.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 
 LEVELS = ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]

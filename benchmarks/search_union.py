@@ -15,9 +15,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from gpt_triton.core.spec import load_spec
 from gpt_triton.pipeline import Progress, TuneOptions, tune
 from gpt_triton.report.table import per_family_summary
-from gpt_triton.spec import load_spec
 from gpt_triton.testing.models import build_resnet_cnn
 
 

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpt_triton.records import BuildCost, Candidate
+from gpt_triton.core.records import BuildCost, Candidate
+from gpt_triton.core.routes import Artifact, BuildContext, Route
+from gpt_triton.core.spec import SearchSpec
 from gpt_triton.routes import FAMILIES
-from gpt_triton.routes._base import Artifact, BuildContext, Route, RouteFamily
+from gpt_triton.routes._base import RouteFamily
 from gpt_triton.routes._common import file_knobs, files_sha256, full_knobs
-from gpt_triton.spec import SearchSpec
 from gpt_triton.tuning_cache import TuningCache
 
 _POLL_S = 0.05  # how often the parent checks a child; builds take seconds to minutes

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from gpt_triton import __version__
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 # Modules that register commands, in help order. Imported lazily so `gpt-triton --help` is fast.
 COMMAND_MODULES = [

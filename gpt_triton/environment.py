@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from gpt_triton import __version__
-from gpt_triton.records import Machine
+from gpt_triton.core.records import Machine
 
 # distribution name -> key in runtime_versions. Read from package metadata: importing the runtimes
 # themselves (openvino, tensorrt) costs seconds and may initialise devices.

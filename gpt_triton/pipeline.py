@@ -22,13 +22,13 @@ from pathlib import Path
 
 from gpt_triton import __version__
 from gpt_triton.accuracy.reference import HeldOut, ReferenceSet
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
-from gpt_triton.records import Candidate, Gain, RunReport
-from gpt_triton.routes._base import BuildContext
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes
+from gpt_triton.core.records import Candidate, Gain, RunReport
+from gpt_triton.core.routes import BuildContext
+from gpt_triton.core.spec import TuneSpec
 from gpt_triton.select import Selection
 from gpt_triton.server import TritonServer
-from gpt_triton.spec import TuneSpec
 from gpt_triton.tuning_cache import TuningCache
 
 Log = Callable[[str], None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpt_triton.spec import load_spec, parse_duration
+from gpt_triton.core.spec import load_spec, parse_duration
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpt_triton.model_info import parse_shape_hint
+    from gpt_triton.core.model_info import parse_shape_hint
     from gpt_triton.pipeline import TuneOptions, tune
 
     spec = load_spec(args.spec)

@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo
-from gpt_triton.records import Candidate
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.routes import Route
+from gpt_triton.core.spec import FamilySpec, TuneSpec
 from gpt_triton.routes import FAMILIES
-from gpt_triton.routes._base import Route, RouteFamily
+from gpt_triton.routes._base import RouteFamily
 from gpt_triton.routes._common import canonical, conditional
-from gpt_triton.spec import FamilySpec, TuneSpec
 
 BASELINE_FAMILY = "onnxruntime"
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, Field
 
-from gpt_triton.measure.records import Interval, LatencyStats, ObjectiveContrasts
+from gpt_triton.core.measurements import Interval, LatencyStats, ObjectiveContrasts
+from gpt_triton.core.records import Candidate, Gain
+from gpt_triton.core.spec import ObjectiveSpec
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
-from gpt_triton.records import Candidate, Gain
-from gpt_triton.spec import ObjectiveSpec
 
 if TYPE_CHECKING:
     from gpt_triton.measure.harness import RemeasureResult

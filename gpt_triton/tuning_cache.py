@@ -19,10 +19,10 @@ from typing import IO, Any
 from pydantic import BaseModel, Field, ValidationError
 
 from gpt_triton import __version__
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo
-from gpt_triton.records import Candidate
-from gpt_triton.spec import TuneSpec
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.spec import TuneSpec
 
 _RUNTIMES = ("onnxruntime", "openvino", "onnx", "nncf", "onnxconverter-common", "onnxslim", "onnxsim", "tensorrt")
 

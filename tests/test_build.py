@@ -14,13 +14,13 @@ import psutil
 import pytest
 
 from gpt_triton.build import build_candidates
-from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes, sha256_file
-from gpt_triton.records import Candidate
+from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes, sha256_file
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.routes import Artifact
+from gpt_triton.core.spec import SearchSpec, TuneSpec
 from gpt_triton.routes import FAMILIES, BuildContext, Knob, Route, RouteFamily
-from gpt_triton.routes._base import Artifact
 from gpt_triton.routes._common import copy_file, make_artifact, source_model
 from gpt_triton.search import candidate_id
-from gpt_triton.spec import SearchSpec, TuneSpec
 from gpt_triton.testing.models import build_tiny_mlp
 from gpt_triton.tuning_cache import TuningCache, make_header
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, inspect_model
-from gpt_triton.records import Candidate
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, inspect_model
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.spec import TuneSpec
 from gpt_triton.routes import FAMILIES
 from gpt_triton.search import CandidateSearch, knob_space
-from gpt_triton.spec import TuneSpec
 from gpt_triton.testing.models import build_tiny_mlp
 
 

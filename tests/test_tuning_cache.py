@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, inspect_model
-from gpt_triton.records import Candidate
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, inspect_model
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.spec import TuneSpec
 from gpt_triton.routes import Route
-from gpt_triton.spec import TuneSpec
 from gpt_triton.tuning_cache import CacheHeader, TuningCache, make_header
 
 

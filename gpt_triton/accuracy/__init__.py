@@ -3,7 +3,6 @@ bounds, validation through Triton, and the ``capture`` command."""
 
 from gpt_triton.accuracy.bounds import clopper_pearson_upper
 from gpt_triton.accuracy.compare import compare_requests, eligible, load_task_metric, pareto_front
-from gpt_triton.accuracy.records import AccuracyResult, OutputResult
 from gpt_triton.accuracy.reference import (
     HeldOut,
     ReferenceSet,
@@ -18,6 +17,7 @@ from gpt_triton.accuracy.reference import (
     synthesize_reference,
 )
 from gpt_triton.accuracy.validate import infer_requests, validate_through_triton
+from gpt_triton.core.accuracy import AccuracyResult, OutputResult
 
 __all__ = [
     "AccuracyResult", "HeldOut", "OutputResult", "ReferenceSet", "clopper_pearson_upper", "compare_requests",

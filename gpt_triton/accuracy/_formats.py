@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 Raw = dict[str, Any]  # name -> np.ndarray, or a JSON tensor dict still to be coerced
 

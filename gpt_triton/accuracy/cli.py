@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, TensorInfo
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, TensorInfo
 
 
 def register(subparsers: Any) -> None:

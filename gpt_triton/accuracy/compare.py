@@ -26,9 +26,9 @@ from typing import Literal
 import numpy as np
 
 from gpt_triton.accuracy.bounds import clopper_pearson_upper
-from gpt_triton.accuracy.records import AccuracyResult, OutputResult
-from gpt_triton.errors import GptTritonError
-from gpt_triton.spec import AccuracySpec, ToleranceSpec
+from gpt_triton.core.accuracy import AccuracyResult, OutputResult
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 Request = dict[str, np.ndarray]
 TaskMetric = Callable[[Request, Request, Request], tuple[float, bool]]

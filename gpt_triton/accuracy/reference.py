@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from gpt_triton.accuracy import _formats
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, TensorInfo
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, TensorInfo
 
 Request = dict[str, np.ndarray]
 

@@ -14,10 +14,10 @@ from typing import Any, Literal
 import numpy as np
 
 from gpt_triton.accuracy.compare import compare_requests
-from gpt_triton.accuracy.records import AccuracyResult
 from gpt_triton.accuracy.reference import ReferenceSet
-from gpt_triton.errors import GptTritonError
-from gpt_triton.spec import AccuracySpec
+from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import AccuracySpec
 
 Request = dict[str, np.ndarray]
 

@@ -26,9 +26,9 @@ from gpt_triton.canary.controller import (
 )
 from gpt_triton.canary.gates import GateConfig, PromQLGates
 from gpt_triton.canary.router import LocalRouterShifter, TrafficLoop, WeightedRouter, make_inputs
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import parse_duration
 from gpt_triton.metrics.prometheus import PrometheusClient
-from gpt_triton.spec import parse_duration
 
 EXIT_CODES = {"promoted": 0, "rolled_back": 1, "halted": 3}
 

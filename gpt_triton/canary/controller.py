@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from gpt_triton.canary.gates import GateResult, PromQLGates, combine
 from gpt_triton.canary.router import TrafficShifter
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 Outcome = Literal["promoted", "rolled_back", "halted"]
 

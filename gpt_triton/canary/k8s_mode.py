@@ -27,11 +27,11 @@ from kubernetes.client.rest import ApiException
 
 from gpt_triton.canary.controller import CanaryController, CanaryMetrics, CanaryPolicy, DecisionLog
 from gpt_triton.canary.gates import GateConfig, PromQLGates
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import parse_duration
 from gpt_triton.k8s.client import REQUEST_TIMEOUT, KubeClient, api_error, load_api_client
 from gpt_triton.k8s.shifter import DeploymentReplicaShifter
 from gpt_triton.metrics.prometheus import PrometheusClient
-from gpt_triton.spec import parse_duration
 
 # Where charts/gpt-triton/templates/triton-deployments.yaml pins the served version.
 PIN_CONTAINER = "pin-version"

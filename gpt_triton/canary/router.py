@@ -23,7 +23,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 
 @runtime_checkable

@@ -22,10 +22,10 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, TensorInfo
-from gpt_triton.records import DeployInfo
-from gpt_triton.routes._base import Artifact, Route
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, TensorInfo
+from gpt_triton.core.records import DeployInfo
+from gpt_triton.core.routes import Artifact, Route
 
 ADAPTER_SOURCE = Path(__file__).parent / "adapter" / "model.py"
 RUNTIME_FILE = "gpt_triton_runtime.json"

@@ -24,7 +24,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 BEGIN = "==> gpt-triton bundle v1"
 END = "<== gpt-triton bundle end"

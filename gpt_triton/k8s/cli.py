@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import load_spec, parse_duration
 from gpt_triton.k8s import bundle as bundle_mod
 from gpt_triton.k8s.client import INDEX_ANNOTATION, KubeClient, job_failed_reason, job_state, load_api_client
 from gpt_triton.k8s.render import (
@@ -29,7 +30,6 @@ from gpt_triton.k8s.render import (
     to_yaml,
     write_examples,
 )
-from gpt_triton.spec import load_spec, parse_duration
 
 
 def register(subparsers: Any) -> None:

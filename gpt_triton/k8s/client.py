@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 JobState = Literal["running", "complete", "failed"]
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

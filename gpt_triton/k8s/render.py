@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from gpt_triton import __version__
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51
 DEFAULT_IMAGE = f"gpt-triton:{__version__}"
@@ -366,7 +366,7 @@ def to_yaml(objects: list[dict[str, Any]], header: str = "") -> str:
 
 # Example parameters for the checked-in manifests in k8s/.
 EXAMPLE_SPEC = """\
-# The tuning spec (gpt_triton/spec.py). Every field has a default; this narrows the search.
+# The tuning spec (gpt_triton/core/spec.py). Every field has a default; this narrows the search.
 search:
   mode: mixed
   max_builds: 32

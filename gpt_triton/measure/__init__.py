@@ -1,7 +1,7 @@
 """Measurement under realistic load: load generator, windows, bootstrap intervals, racing, re-measure.
 
-Names are resolved lazily (PEP 562): ``gpt_triton.records`` imports ``gpt_triton.measure.records``,
-which runs this file first, and the harness imports ``gpt_triton.records`` back - an eager import here
+Names are resolved lazily (PEP 562): ``gpt_triton.core.records`` imports ``gpt_triton.core.measurements``,
+which runs this file first, and the harness imports ``gpt_triton.core.records`` back - an eager import here
 would be circular.
 """
 

@@ -24,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import LatencyStats, LoadProfile, ObjectiveContrasts
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
 from gpt_triton.measure.racing import (
     RaceWindow,
@@ -34,11 +37,8 @@ from gpt_triton.measure.racing import (
     race_round,
     window_log_stat,
 )
-from gpt_triton.measure.records import LatencyStats, LoadProfile, ObjectiveContrasts
 from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
-from gpt_triton.records import Candidate
-from gpt_triton.spec import MeasureSpec, ObjectiveSpec
 
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
 

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.measure.records import IsolatedStats
-from gpt_triton.records import Candidate
-from gpt_triton.routes._base import Artifact
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import IsolatedStats
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.routes import Artifact
 
 
 def ort_session(path: Path, options: dict[str, Any], profile_dir: str | None = None) -> Any:

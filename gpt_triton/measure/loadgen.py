@@ -40,8 +40,8 @@ import tritonclient.grpc.aio as aioclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype, triton_to_np_dtype
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.measure.records import LoadProfile, ServerBreakdown, WindowResult
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import LoadProfile, ServerBreakdown, WindowResult
 
 RATE_HELD_FRACTION = 0.98
 # Sends later than this at p99 bunch the arrivals: the offered load is no longer the profile asked for.

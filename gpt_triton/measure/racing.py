@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from gpt_triton.measure.records import ObjectiveContrasts
+from gpt_triton.core.measurements import ObjectiveContrasts
 from gpt_triton.measure.stats import Statistic, statistic_fn
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from gpt_triton.measure.records import Interval
+from gpt_triton.core.measurements import Interval
 
 Statistic = Literal["p50", "p90", "p99", "mean"]
 _QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpt_triton.core.measurements import LatencyStats, LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.loadgen import WindowSample
-from gpt_triton.measure.records import LatencyStats, LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.stats import throughput_interval, window_bootstrap_intervals
 
 P99_MIN_REQUESTS = 200

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 
 @dataclass(frozen=True)

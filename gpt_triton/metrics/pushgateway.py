@@ -15,9 +15,9 @@ from collections import Counter
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
-from gpt_triton.accuracy.records import AccuracyResult
-from gpt_triton.errors import GptTritonError
-from gpt_triton.records import RunReport
+from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.records import RunReport
 
 PREFIX = "gpt_triton"
 STATUSES = ("planned", "built", "crashed", "deployed", "measured", "infeasible", "failed")

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 _VERDICT_TEXT = {"valid": "valid here", "rebuild": "must be rebuilt", "retune": "should be re-tuned"}
 _VERDICT_STYLE = {"valid": "green", "rebuild": "red", "retune": "yellow"}

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 LOCK_FILE = ".gpt-triton.lock"
 

@@ -23,9 +23,9 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import sha256_file
 from gpt_triton.environment import environment_fingerprint
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import sha256_file
 from gpt_triton.promote.lock import promotion_lock
 from gpt_triton.promote.signing import SIGNATURES_FILE, sign_version_dir
 

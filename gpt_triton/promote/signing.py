@@ -19,7 +19,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 SIGNATURES_FILE = "signatures.json"
 FORMAT = "gpt-triton-signatures/1"

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.environment import EnvVerdict, compare_environment, environment_fingerprint
-from gpt_triton.errors import GptTritonError
 from gpt_triton.promote.repository import CONFIG_FILE, PROMOTED_CONFIG_FILE, PROVENANCE_FILE, list_versions
 from gpt_triton.promote.signing import verify_version_dir
 

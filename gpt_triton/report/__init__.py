@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.records import RunReport
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.records import RunReport
 from gpt_triton.report.markdown import render_markdown
 from gpt_triton.report.plots import plot_availability, render_plots
 from gpt_triton.report.table import per_family_summary, print_summary, summary_table, verdict_lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpt_triton.records import RunReport
+from gpt_triton.core.records import RunReport
 from gpt_triton.report.plots import PLOT_TITLES, plot_availability
 from gpt_triton.report.table import (
     FAILED_STATUSES,

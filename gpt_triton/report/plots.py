@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpt_triton.measure.records import Interval
-from gpt_triton.records import Candidate, RunReport
+from gpt_triton.core.measurements import Interval
+from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.report.table import (
     FAILED_STATUSES,
     load_stats,

@@ -15,10 +15,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpt_triton.accuracy.records import AccuracyResult
-from gpt_triton.measure.records import Interval, LatencyStats
-from gpt_triton.records import Candidate, RunReport
-from gpt_triton.routes._base import Route
+from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.measurements import Interval, LatencyStats
+from gpt_triton.core.records import Candidate, RunReport
+from gpt_triton.core.routes import Route
 
 # Statuses that never produced a measurement: their row carries the reason instead of numbers.
 FAILED_STATUSES = ("crashed", "infeasible", "failed")
@@ -80,7 +80,7 @@ def accuracy_eligibility(report: RunReport, result: AccuracyResult) -> tuple[boo
     report never disagrees with what selection did; falls back to ``passed`` if that is unavailable."""
     try:
         from gpt_triton.accuracy.compare import eligible as policy
-        from gpt_triton.spec import AccuracySpec
+        from gpt_triton.core.spec import AccuracySpec
 
         return policy(result, AccuracySpec.model_validate(report.spec.get("accuracy") or {}))
     except (ImportError, ValueError):  # an older report's spec, or the accuracy module missing

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._graph import GraphFamily
 from gpt_triton.routes._onnxruntime import OnnxRuntimeFamily
@@ -18,8 +18,8 @@ from gpt_triton.routes._serving import ServingFamily
 from gpt_triton.routes._tensorrt import TensorRtFamily
 
 if TYPE_CHECKING:
-    from gpt_triton.model_info import ModelInfo
-    from gpt_triton.spec import TuneSpec
+    from gpt_triton.core.model_info import ModelInfo
+    from gpt_triton.core.spec import TuneSpec
 
 FAMILIES: dict[str, RouteFamily] = {
     "onnxruntime": OnnxRuntimeFamily(),

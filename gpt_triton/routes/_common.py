@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.routes._base import Artifact, BuildContext, Route, RouteFamily, Runtime
 
 

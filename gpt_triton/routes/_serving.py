@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpt_triton.model_info import ModelInfo
+from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._common import make_artifact, source_model
 

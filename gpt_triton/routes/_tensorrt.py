@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpt_triton.model_info import ModelInfo
+from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._common import full_knobs, make_artifact, source_model
 

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpt_triton.model_info import inspect_model
-from gpt_triton.spec import load_spec
+from gpt_triton.core.model_info import inspect_model
+from gpt_triton.core.spec import load_spec
 
 
 def register(subparsers: Any) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 # How long Triton may take to finish unloading a model (the python stub process has to exit).
 UNLOAD_TIMEOUT_S = 30.0

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.server._base import TritonServer
 
 START_TIMEOUT_S = 60.0

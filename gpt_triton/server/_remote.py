@@ -17,7 +17,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.server._base import TritonServer, _exception_text
 
 LIVENESS_TIMEOUT_S = 3.0

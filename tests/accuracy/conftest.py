@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
+from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
 

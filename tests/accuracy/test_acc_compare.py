@@ -19,8 +19,8 @@ from gpt_triton.accuracy.compare import (
     rmse,
     topk_agreement,
 )
-from gpt_triton.errors import GptTritonError
-from gpt_triton.spec import AccuracySpec, ToleranceSpec
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 
 def _spec(**tol) -> AccuracySpec:

@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 
 from gpt_triton.accuracy import compare_requests, eligible, synthesize_reference
-from gpt_triton.model_info import resolve_shapes
-from gpt_triton.spec import AccuracySpec, ToleranceSpec
+from gpt_triton.core.model_info import resolve_shapes
+from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 OUTPUTS = ("logits", "embedding")
 

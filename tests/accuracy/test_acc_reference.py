@@ -20,8 +20,8 @@ from gpt_triton.accuracy.reference import (
     split_reference,
     synthesize_reference,
 )
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo
 
 
 def _mixed_batches(info: ModelInfo, with_outputs: bool, seed: int = 1) -> ReferenceSet:

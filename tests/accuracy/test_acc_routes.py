@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from gpt_triton.accuracy import compare_requests, eligible
-from gpt_triton.errors import GptTritonError
-from gpt_triton.spec import AccuracySpec, ToleranceSpec
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,8 @@ from gpt_triton.accuracy import (
     validate_through_triton,
 )
 from gpt_triton.cli import main
-from gpt_triton.model_info import inspect_model, resolve_shapes
-from gpt_triton.spec import AccuracySpec, ToleranceSpec
+from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 pytestmark = pytest.mark.slow
 

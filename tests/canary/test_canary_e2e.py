@@ -125,7 +125,7 @@ def test_missing_data_is_never_a_pass(sleepy_triton, prometheus_factory, tmp_pat
 
 
 def test_prometheus_lost_mid_canary_rolls_back_and_reports(sleepy_triton, prometheus_factory, tmp_path: Path) -> None:
-    from gpt_triton.errors import GptTritonError
+    from gpt_triton.core.errors import GptTritonError
 
     prom = prometheus_factory(triton_targets=[metrics_address(sleepy_triton)])
     versions = TritonVersions.from_repository(sleepy_triton.client(), sleepy_triton.repository, "sleepy")

@@ -20,7 +20,7 @@ from gpt_triton.canary import (
 )
 from gpt_triton.canary.cli import npz_requests, parse_steps, synthetic_requests
 from gpt_triton.canary.router import TrafficShifter
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.metrics.prometheus import PrometheusClient
 
 

@@ -12,10 +12,10 @@ import tritonclient.grpc as grpcclient
 # tests/server and tests/deploy are packages under tests/, which pytest puts on sys.path.
 from server.conformance import ORT_OPTIONS, OV_F32_OPTIONS, artifact_for, reference, unique
 
+from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.routes import Route
 from gpt_triton.deploy import config_text, parse_config, write_model, write_version_files
-from gpt_triton.model_info import inspect_model, resolve_shapes
 from gpt_triton.promote.signing import KEY_ENV, sign_version_dir
-from gpt_triton.routes._base import Route
 from gpt_triton.server import EmbeddedTriton, ModelLoadError
 
 KEY = bytes(range(32))

@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import ModelInfo, TensorInfo, inspect_model, resolve_shapes
+from gpt_triton.core.routes import Artifact, Route, Runtime
 from gpt_triton.deploy import (
     RUNTIME_FILE,
     choose_backend,
@@ -16,9 +19,6 @@ from gpt_triton.deploy import (
     parse_config,
     write_model,
 )
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import ModelInfo, TensorInfo, inspect_model, resolve_shapes
-from gpt_triton.routes._base import Artifact, Route, Runtime
 
 ALL_NATIVE = frozenset({"onnxruntime", "openvino", "tensorrt"})
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpt_triton.cli import main
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.k8s import bundle
 from gpt_triton.k8s.client import KubeClient, load_api_client
 from gpt_triton.k8s.shifter import DeploymentReplicaShifter, split_replicas

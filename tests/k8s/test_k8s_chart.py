@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpt_triton.core.spec import TuneSpec
 from gpt_triton.k8s.render import TuneJobParams, render_job
-from gpt_triton.spec import TuneSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpt-triton"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpt_triton.cli import main
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.k8s.render import TuneJobParams, dns_name, example_files, render_job, render_rbac
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import LoadProfile
+from gpt_triton.core.records import Candidate, DeployInfo
+from gpt_triton.core.routes import Artifact, Route
+from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.harness import Measurer, dedupe_key
 from gpt_triton.measure.racing import drift_fit
-from gpt_triton.measure.records import LoadProfile
-from gpt_triton.records import Candidate, DeployInfo
-from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.select import gain, select
 from gpt_triton.server import EmbeddedTriton
-from gpt_triton.spec import MeasureSpec, ObjectiveSpec
 
 
 def cand(cid: str, model: str, sha: str | None = None, threads: int = 0) -> Candidate:

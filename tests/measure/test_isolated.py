@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import Interval, IsolatedStats, LatencyStats, LoadProfile
+from gpt_triton.core.model_info import sha256_file
+from gpt_triton.core.records import Candidate
+from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
-from gpt_triton.measure.records import Interval, IsolatedStats, LatencyStats, LoadProfile
-from gpt_triton.model_info import sha256_file
-from gpt_triton.records import Candidate
-from gpt_triton.routes._base import Artifact, Route
 
 
 def artifact(path: Path, runtime: str, options: dict) -> Artifact:

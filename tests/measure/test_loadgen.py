@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.measure.loadgen import _Raw, _summarise, load_replay, pinned, run_window, schedule
-from gpt_triton.measure.records import LoadProfile
 from gpt_triton.server import EmbeddedTriton
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpt_triton.core.measurements import LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.loadgen import WindowSample
-from gpt_triton.measure.records import LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.windows import P99_MIN_REQUESTS, is_stable, merge_breakdowns, summarise
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpt_triton.accuracy.records import AccuracyResult
-from gpt_triton.measure.records import Interval
-from gpt_triton.model_info import inspect_model
-from gpt_triton.records import BuildCost, Candidate, Gain, Machine, RunReport
-from gpt_triton.routes._base import Route
+from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.measurements import Interval
+from gpt_triton.core.model_info import inspect_model
+from gpt_triton.core.records import BuildCost, Candidate, Gain, Machine, RunReport
+from gpt_triton.core.routes import Route
 from gpt_triton.testing.models import build_tiny_mlp
 
 

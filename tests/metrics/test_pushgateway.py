@@ -11,7 +11,7 @@ from prom_fixtures import poll
 from prometheus_client.parser import text_string_to_metric_families
 from pushed_report import make_report
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.metrics.pushgateway import push_run_metrics
 
 JOB = "gpt_triton_tune"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.promote.lock import promotion_lock
 from gpt_triton.promote.repository import list_versions, promote
 

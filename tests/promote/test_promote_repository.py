@@ -16,8 +16,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import sha256_file
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import sha256_file
 from gpt_triton.promote import repository as repo_module
 from gpt_triton.promote.repository import list_versions, next_version, promote
 from gpt_triton.promote.signing import verify_version_dir

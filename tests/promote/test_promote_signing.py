@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.promote.signing import (
     SIGNATURES_FILE,
     load_signing_key,

@@ -9,12 +9,12 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import inspect_model
+from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy import model_config, write_version_files
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import inspect_model
 from gpt_triton.promote.repository import promote
 from gpt_triton.promote.verify import verify_repository
-from gpt_triton.routes._base import Artifact, Route
 from gpt_triton.server import EmbeddedTriton, TritonServer
 from gpt_triton.testing.models import build_tiny_mlp
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2
 
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.environment import environment_fingerprint
-from gpt_triton.errors import GptTritonError
 from gpt_triton.promote import cli as verify_cli
 from gpt_triton.promote import repository as repo_module
 from gpt_triton.promote.repository import promote

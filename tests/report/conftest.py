@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpt_triton.accuracy.records import AccuracyResult, OutputResult
-from gpt_triton.measure.records import (
+from gpt_triton.core.accuracy import AccuracyResult, OutputResult
+from gpt_triton.core.measurements import (
     Interval,
     IsolatedStats,
     LatencyStats,
@@ -18,9 +18,9 @@ from gpt_triton.measure.records import (
     ServerBreakdown,
     WindowResult,
 )
-from gpt_triton.model_info import ModelInfo, TensorInfo
-from gpt_triton.records import BuildCost, Candidate, DeployInfo, Gain, Machine, RunReport
-from gpt_triton.routes._base import Route
+from gpt_triton.core.model_info import ModelInfo, TensorInfo
+from gpt_triton.core.records import BuildCost, Candidate, DeployInfo, Gain, Machine, RunReport
+from gpt_triton.core.routes import Route
 
 LOADS = [LoadProfile(kind="concurrency", concurrency=1), LoadProfile(kind="concurrency", concurrency=4)]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpt_triton.cli import main
-from gpt_triton.records import RunReport
+from gpt_triton.core.records import RunReport
 from gpt_triton.report import render_markdown, render_report
 from gpt_triton.report.plots import PLOT_TITLES
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from gpt_triton.records import RunReport
+from gpt_triton.core.records import RunReport
 from gpt_triton.report import plot_availability, render_plots
 from gpt_triton.report.plots import PLOT_TITLES, pareto_front
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from gpt_triton.measure.records import Interval
-from gpt_triton.records import Gain, RunReport
+from gpt_triton.core.measurements import Interval
+from gpt_triton.core.records import Gain, RunReport
 from gpt_triton.report import per_family_summary, print_summary, summary_table, verdict_lines
 from gpt_triton.report.table import accuracy_text, break_even_inferences, fmt_ms, objective_value
 

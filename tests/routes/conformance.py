@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from gpt_triton.model_info import ModelInfo, inspect_model, resolve_shapes
+from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes
 from gpt_triton.routes import Artifact, BuildContext, Route, RouteFamily
 from gpt_triton.routes._common import files_sha256
 from gpt_triton.testing.models import build_tiny_mlp

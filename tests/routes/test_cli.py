@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpt_triton.cli import main
-from gpt_triton.model_info import inspect_model
+from gpt_triton.core.model_info import inspect_model
+from gpt_triton.core.spec import load_spec
 from gpt_triton.routes import FAMILIES
 from gpt_triton.search import CandidateSearch
-from gpt_triton.spec import load_spec
 
 
 def test_routes_table_lists_every_family(tiny_model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

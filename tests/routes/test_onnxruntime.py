@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.routes import BuildContext, OnnxRuntimeFamily, Route
 from gpt_triton.routes._onnxruntime import repair_fp16_casts
 from gpt_triton.testing.models import build_conv_attention

@@ -17,9 +17,9 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
+from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.routes import Artifact, Route, Runtime
 from gpt_triton.deploy import write_model
-from gpt_triton.model_info import inspect_model, resolve_shapes
-from gpt_triton.routes._base import Artifact, Route, Runtime
 from gpt_triton.server import ModelLoadError, TritonServer
 
 ORT_OPTIONS: dict[str, Any] = {

@@ -8,10 +8,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.routes import Route
 from gpt_triton.deploy import write_model
-from gpt_triton.errors import GptTritonError
-from gpt_triton.model_info import inspect_model, resolve_shapes
-from gpt_triton.routes._base import Route
 from gpt_triton.server import EmbeddedTriton, TritonServer, python_backend_dir, triton_binary
 
 from .conformance import ServerConformance, artifact_for, deploy, unique

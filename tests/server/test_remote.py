@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
 
 from .conformance import ServerConformance, artifact_for, deploy, unique

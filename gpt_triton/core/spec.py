@@ -12,8 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpt_triton.errors import GptTritonError
-from gpt_triton.measure.records import LoadProfile
+from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import LoadProfile
 
 
 class _Strict(BaseModel):

@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from gpt_triton.accuracy.records import AccuracyResult
-from gpt_triton.measure.records import Interval, IsolatedStats, LatencyStats, ObjectiveContrasts
-from gpt_triton.model_info import ModelInfo
-from gpt_triton.routes._base import Artifact, Route
+from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.measurements import Interval, IsolatedStats, LatencyStats, ObjectiveContrasts
+from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.routes import Artifact, Route
 
 CandidateStatus = Literal["planned", "built", "crashed", "deployed", "measured", "infeasible", "failed"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from gpt_triton.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError
 
 Dim = int | str  # int >= 0 is fixed; -1 or a symbolic name is dynamic
 
