@@ -267,7 +267,7 @@ def _tune(run: Run, ref: ReferenceSet, repository: Path, signing_key: bytes | No
     from gpt_triton.build import build_candidates
     from gpt_triton.measure.harness import Measurer
     from gpt_triton.search import CandidateSearch
-    from gpt_triton.select import objective_value
+    from gpt_triton.core.objective import objective_value
     from gpt_triton.tuning_cache import TuningCache
 
     spec, report = run.spec, run.report
@@ -344,7 +344,8 @@ def _eligible(run: Run) -> Callable[[Candidate], tuple[bool, str]]:
 def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | None, staging: Path) -> None:
     from gpt_triton.measure.harness import Measurer
     from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
-    from gpt_triton.select import gain, objective_value, select
+    from gpt_triton.core.objective import objective_value
+    from gpt_triton.select import gain, select
 
     spec, report = run.spec, run.report
     measured = [c for c in report.candidates if c.status == "measured"]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel, Field
 
-from gpt_triton.core.measurements import Interval, LatencyStats, ObjectiveContrasts
+from gpt_triton.core.measurements import Interval, ObjectiveContrasts
+from gpt_triton.core.objective import objective_interval
 from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import ObjectiveSpec
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
@@ -33,41 +34,6 @@ class Selection(BaseModel):
     values: dict[str, float] = Field(default_factory=dict)  # objective point values (lower is better)
     # What selection believed: objective(baseline) / objective(winner) from the selection windows.
     estimate_ratio: float | None = None
-
-
-def _feasible_throughput(stats_list: list[LatencyStats], objective: ObjectiveSpec) -> LatencyStats | None:
-    index = objective.load_index
-    pool = [stats_list[index]] if stats_list[index].load.kind == "concurrency" else [
-        s for s in stats_list if s.load.kind != "concurrency"]  # rate profiles: the highest one held
-    feasible = [
-        s for s in pool
-        if s.throughput is not None and s.p99_ms is not None and s.errors == 0 and s.rate_held is not False
-        and (objective.slo_p99_ms is None or s.p99_ms.value <= objective.slo_p99_ms)
-    ]
-    return max(feasible, key=lambda s: s.throughput.value if s.throughput else 0.0, default=None)
-
-
-def objective_interval(stats_list: list[LatencyStats], objective: ObjectiveSpec) -> Interval | None:
-    """The objective as an interval, lower is better (throughput negated); None if infeasible/missing."""
-    if objective.load_index >= len(stats_list):
-        return None
-    if objective.metric == "throughput":
-        best = _feasible_throughput(stats_list, objective)
-        if best is None or best.throughput is None:
-            return None
-        tp = best.throughput
-        return Interval(value=-tp.value, low=-tp.high, high=-tp.low, level=tp.level)
-    stats = stats_list[objective.load_index]
-    if stats.errors:
-        return None  # a candidate that drops requests under the load is not a contender
-    interval: Interval | None = getattr(stats, f"{objective.metric}_ms")
-    return interval
-
-
-def objective_value(stats_list: list[LatencyStats], objective: ObjectiveSpec) -> float | None:
-    """Lower is better (throughput negated); None if infeasible (SLO violated, errors, not measured)."""
-    interval = objective_interval(stats_list, objective)
-    return None if interval is None else interval.value
 
 
 # The tie-break compares accuracy margins and build costs at a resolution: a margin (the fraction of

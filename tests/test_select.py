@@ -6,11 +6,12 @@ import numpy as np
 
 from gpt_triton.core.accuracy import AccuracyResult
 from gpt_triton.core.measurements import Interval, LatencyStats, LoadProfile, ObjectiveContrasts, WindowResult
+from gpt_triton.core.objective import objective_value
 from gpt_triton.core.records import BuildCost, Candidate
 from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import ObjectiveSpec
 from gpt_triton.measure.harness import RemeasureResult
-from gpt_triton.select import gain, objective_value, select
+from gpt_triton.select import gain, select
 
 
 def stats(p99: tuple[float, float, float], tp: tuple[float, float, float] = (100, 95, 105),

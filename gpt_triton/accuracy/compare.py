@@ -28,6 +28,7 @@ import numpy as np
 from gpt_triton.accuracy.bounds import clopper_pearson_upper
 from gpt_triton.core.accuracy import AccuracyResult, OutputResult
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.objective import accuracy_eligible
 from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 Request = dict[str, np.ndarray]
@@ -285,31 +286,7 @@ def _hard_failure(split: Literal["tuning", "heldout"], n: int, spec: AccuracySpe
     )
 
 
-def eligible(result: AccuracyResult, spec: AccuracySpec) -> tuple[bool, str]:
-    """The selection policy on a tuning-split result: (eligible, the one-line reason).
-
-    ``min_margin`` is enforced only when no exceedances are allowed: with ``max_exceedance_rate > 0``
-    the worst request is allowed to exceed, so its margin is negative by design and the exceedance
-    rate and bound govern instead.
-    """
-    if not result.passed and result.exceedances == result.requests and not result.outputs:
-        return False, result.reason or "failed"
-    rate = result.exceedances / result.requests if result.requests else 1.0
-    if rate > spec.max_exceedance_rate:
-        return False, f"exceedance rate {rate:.3g} > allowed {spec.max_exceedance_rate:.3g} ({result.reason})"
-    if not result.passed:
-        return False, result.reason or "failed"
-    if spec.max_exceedance_rate == 0 and result.min_margin < spec.min_margin:
-        return False, f"margin {result.min_margin:.3g} to the tolerance < required {spec.min_margin:.3g}"
-    if spec.max_exceedance_bound is not None and result.exceedance_upper_bound > spec.max_exceedance_bound:
-        return False, (
-            f"exceedance bound {result.exceedance_upper_bound:.3g} at {result.confidence:.0%} confidence > "
-            f"allowed {spec.max_exceedance_bound:.3g} ({result.requests} requests; add reference requests to tighten it)"
-        )
-    return True, (
-        f"{result.exceedances}/{result.requests} exceedances, bound {result.exceedance_upper_bound:.3g}, "
-        f"min margin {result.min_margin:.3g}"
-    )
+eligible = accuracy_eligible  # the policy lives in gpt_triton.core.objective
 
 
 def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[str]:
