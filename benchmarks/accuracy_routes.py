@@ -140,38 +140,20 @@ class Runner:
 
 
 class InProcessRunner(Runner):
+    """The candidate in this process, through the runners the python-backend adapter serves with."""
+
     def __init__(self, artifact: Any, output_names: list[str]) -> None:
-        path = Path(artifact.directory) / artifact.files[0]
-        options = artifact.runtime_options
-        self.names = output_names
-        if artifact.runtime == "onnxruntime":
-            import onnxruntime as ort
+        from gpt_triton.runtimes import open_runner as open_runtime
 
-            so = ort.SessionOptions()
-            for key, value in options.get("session_options", {}).items():
-                if key == "graph_optimization_level":
-                    value = getattr(ort.GraphOptimizationLevel, value)
-                elif key == "execution_mode":
-                    value = getattr(ort.ExecutionMode, value)
-                setattr(so, key, value)
-            for key, value in options.get("config_entries", {}).items():
-                so.add_session_config_entry(key, str(value))
-            session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            self._run: Callable[[Request], Request] = lambda r: dict(zip(self.names, session.run(self.names, r), strict=True))
-        else:
-            import openvino as ov
-
-            compiled = ov.Core().compile_model(str(path), options.get("device", "CPU"), options.get("config", {}))
-            ports = {name: port for port in compiled.outputs for name in port.get_names()}
-
-            def run_ov(request: Request) -> Request:
-                result = compiled(request)  # one inference, every output read from it
-                return {n: np.array(result[ports[n]]) for n in self.names}
-
-            self._run = run_ov
+        entry = Path(artifact.directory) / artifact.files[0]
+        # Outputs are kept across requests (a list of answers), so no reused output buffers here.
+        self.runner = open_runtime(artifact.runtime, entry, artifact.runtime_options, output_names=output_names).activate()
 
     def outputs(self, requests: Sequence[Request]) -> list[Request]:
-        return [self._run(r) for r in requests]
+        return [self.runner.infer(r) for r in requests]
+
+    def close(self) -> None:
+        self.runner.deactivate()
 
 
 class TritonRunner(Runner):

@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 from rich.console import Console
 from rich.table import Table
@@ -58,7 +57,7 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy import write_model
-from gpt_triton.measure.isolated import ort_session
+from gpt_triton.runtimes import Runner, RuntimeLayerError, open_runner
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 
@@ -70,11 +69,11 @@ def _inputs(model_path: Path) -> dict[str, np.ndarray]:
     return {t.name: rng.standard_normal(shapes[t.name]).astype(t.dtype) for t in info.inputs}
 
 
-def _time_in_process(session: ort.InferenceSession, feeds: dict[str, np.ndarray], count: int) -> list[float]:
+def _time_in_process(runner: Runner, feeds: dict[str, np.ndarray], count: int) -> list[float]:
     times = []
     for _ in range(count):
         start = time.perf_counter()
-        session.run(None, feeds)
+        runner.infer(feeds)
         times.append((time.perf_counter() - start) * 1e3)
     return times
 
@@ -142,10 +141,11 @@ def measure(
     (staging / floor / "1" / "model.py").write_text(_NULL_MODEL)
     server.load(staging / floor)
     feeds = _inputs(model_path)
-    session = ort_session(model_path, options)
+    # The same runner the adapter serves with, so both sides run identical session code.
+    runner = open_runner("onnxruntime", model_path, options).activate()
     client = server.client()
     try:
-        _time_in_process(session, feeds, 10)
+        _time_in_process(runner, feeds, 10)
         _time_served(client, name, feeds, 10)
         _time_served(client, floor, feeds, 10)
         before = _server_totals(client, name)
@@ -155,12 +155,13 @@ def measure(
         floor_times: list[float] = []
         per_round = max(1, requests // rounds)
         for _ in range(rounds):
-            local += _time_in_process(session, feeds, per_round)
+            local += _time_in_process(runner, feeds, per_round)
             served += _time_served(client, name, feeds, per_round)
             floor_times += _time_served(client, floor, feeds, per_round)
         after = _server_totals(client, name)
         floor_after = _server_totals(client, floor)
     finally:
+        runner.deactivate()
         server.unload(name)
         server.unload(floor)
     count = after["count"] - before["count"]
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             with EmbeddedTriton(root / "repository", workdir=root / "work") as server:
                 results = [measure(server, path, name, args.requests, args.rounds, root / "staging", args.ort_options)
                            for name, path in models.items()]
-        except GptTritonError as exc:
+        except (GptTritonError, RuntimeLayerError) as exc:  # e.g. a bad --ort-options entry
             console.print(f"error: {exc}")
             return 2
     route = json.dumps(args.ort_options) if args.ort_options else "ONNX Runtime defaults"

@@ -40,11 +40,12 @@ import numpy as np
 from scipy import stats
 
 from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
+from gpt_triton.core.outcomes import apply_outcomes
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.deploy import write_model
-from gpt_triton.measure.harness import Measurer
+from gpt_triton.measure.harness import Measurer, MeasureRun
 from gpt_triton.measure.racing import DriftFit, drift_fit
 from gpt_triton.select import select
 from gpt_triton.server import EmbeddedTriton
@@ -71,17 +72,18 @@ def candidates(model_path: Path) -> list[Candidate]:
     return out
 
 
-def run(measurer: Measurer, cands: list[Candidate]) -> tuple[float, int, list[str]]:
-    start, windows_before = time.monotonic(), measurer.windows_run
-    log = measurer.measure(cands)
-    return time.monotonic() - start, measurer.windows_run - windows_before, log
+def run(measurer: Measurer, cands: list[Candidate]) -> tuple[float, MeasureRun]:
+    start = time.monotonic()
+    measured = measurer.measure(cands)
+    apply_outcomes(cands, measured.outcomes)
+    return time.monotonic() - start, measured
 
 
-def dump(path: Path, measurer: Measurer, log: list[str]) -> None:
+def dump(path: Path, measured: MeasureRun) -> None:
     """The run's windows as racing saw them (in the order run) and its decision log, for offline study."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    windows = {label: [dataclasses.asdict(w) for w in ws] for label, ws in measurer.race_windows.items()}
-    path.write_text(json.dumps({"windows": windows, "log": log}, indent=1))
+    windows = {label: [dataclasses.asdict(w) for w in ws] for label, ws in measured.race_windows.items()}
+    path.write_text(json.dumps({"windows": windows, "log": measured.log}, indent=1))
 
 
 def judge(measurer: Measurer, cands: list[Candidate], windows: int) -> DriftFit:
@@ -150,10 +152,11 @@ def main() -> None:
             race_spec = MeasureSpec.model_validate(dict(common, racing=True, max_windows=args.tuner_max_windows))
             exhaustive = [c.model_copy(deep=True) for c in base]
             ex_measurer = Measurer(server.grpc_url, requests, ex_spec, objective, seed=1)
-            ex_s, ex_w, ex_log = run(ex_measurer, exhaustive)
+            ex_s, ex_run = run(ex_measurer, exhaustive)
+            ex_w = ex_run.windows
             if args.dump:
-                dump(args.dump / "exhaustive.json", ex_measurer, ex_log)
-            best = select(exhaustive, objective, everyone, [ex_measurer.contrasts] if ex_measurer.contrasts else [])
+                dump(args.dump / "exhaustive.json", ex_run)
+            best = select(exhaustive, objective, everyone, [ex_run.contrasts] if ex_run.contrasts else [])
             assert best.winner_id
             ex_winner: str = best.winner_id
             print(f"exhaustive: {ex_w} windows, {ex_s:.0f} s; selected {best.winner_id} "
@@ -163,11 +166,11 @@ def main() -> None:
                 racing = [c.model_copy(deep=True) for c in base]
                 race_measurer = Measurer(server.grpc_url, requests, race_spec, objective, seed=2 + k,
                                          race_after=args.race_after)
-                race_s, race_w, race_log = run(race_measurer, racing)
+                race_s, race_run = run(race_measurer, racing)
+                race_w, race_log = race_run.windows, race_run.log
                 if args.dump:
-                    dump(args.dump / f"racing_{k + 1}.json", race_measurer, race_log)
-                won = select(racing, objective, everyone,
-                             [race_measurer.contrasts] if race_measurer.contrasts else [])
+                    dump(args.dump / f"racing_{k + 1}.json", race_run)
+                won = select(racing, objective, everyone, [race_run.contrasts] if race_run.contrasts else [])
                 assert won.winner_id
                 races.append((won.winner_id, won, race_s, race_w, race_log))
                 print(f"racing run {k + 1}: {race_w} windows, {race_s:.0f} s; selected {won.winner_id} "
@@ -180,7 +183,7 @@ def main() -> None:
                                [by_id[c] for c in finalists], args.judge_windows)
 
     label = ex_spec.loads[objective.load_index].label()
-    ex_fit = drift_fit(ex_measurer.race_windows[label])
+    ex_fit = drift_fit(ex_run.race_windows[label])
     pooled = best.values
     fastest = min(pooled, key=pooled.__getitem__)
     print(f"\nmodel {args.model}; objective: {args.metric} at concurrency 1; {len(base)} candidates; "
@@ -188,7 +191,7 @@ def main() -> None:
     if ex_fit is not None:
         print(f"exhaustive windows: drift model innovation sd {100 * np.sqrt(ex_fit.sigma2):.1f}%, neighbour "
               f"correlation {ex_fit.rho:.2f}; raw window-to-window sd "
-              f"{100 * np.mean([np.std([w.value for w in ex_measurer.race_windows[label] if w.candidate == c], ddof=1) for c in pooled]):.1f}%")
+              f"{100 * np.mean([np.std([w.value for w in ex_run.race_windows[label] if w.candidate == c], ddof=1) for c in pooled]):.1f}%")
         adjusted = sorted(ex_fit.mu, key=ex_fit.mu.__getitem__)
         print("exhaustive, drift-adjusted order (ratio to its first): " + ", ".join(
             f"{c} {np.exp(ex_fit.mu[c] - ex_fit.mu[adjusted[0]]):.3f}" for c in adjusted[:6]))

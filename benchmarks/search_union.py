@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpt_triton.core.spec import load_spec
 from gpt_triton.pipeline import Progress, TuneOptions, tune
-from gpt_triton.report.table import per_family_summary
+from gpt_triton.report import per_family_summary
 from gpt_triton.testing.models import build_resnet_cnn
 
 
@@ -35,12 +35,15 @@ def main() -> None:
     wall = time.monotonic() - started
     statuses = Counter(c.status for c in report.candidates)
     distinct = len({c.id for c in report.candidates})
-    print(f"model {args.model} ({report.model.size_bytes / 1e6:.1f} MB), search {report.spec['search']['mode']}")
+    print(f"model {args.model} ({report.model.size_bytes / 1e6:.1f} MB), search {report.spec.search.mode}")
     print(f"candidates: {distinct} distinct; by status: {dict(statuses)}")
     print(f"deployed and measured or screened: {sum(c.deploy is not None for c in report.candidates)}")
-    print(f"wall time: {wall / 60:.1f} min (budget {report.spec.get('time_budget_s')} s)")
-    for row in per_family_summary(report):
+    print(f"wall time: {wall / 60:.1f} min (budget {report.spec.time_budget_s} s)")
+    summary = per_family_summary(report)
+    for row in summary.families:
         print(row)
+    if summary.union is not None:
+        print(summary.union.text())
     if report.gain:
         g = report.gain
         print(f"re-measured gain over the default route: {g.ratio.value:.3f} [{g.ratio.low:.3f}, {g.ratio.high:.3f}], "

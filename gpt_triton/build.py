@@ -28,17 +28,18 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpt_triton.core.outcomes import BuildOutcome
 from gpt_triton.core.records import BuildCost, Candidate
 from gpt_triton.core.routes import Artifact, BuildContext, Route
 from gpt_triton.core.spec import SearchSpec
 from gpt_triton.routes import FAMILIES
 from gpt_triton.routes._base import RouteFamily
-from gpt_triton.routes._common import file_knobs, files_sha256, full_knobs
+from gpt_triton.routes._common import files_sha256, full_knobs
 from gpt_triton.tuning_cache import TuningCache
 
 _POLL_S = 0.05  # how often the parent checks a child; builds take seconds to minutes
@@ -46,7 +47,7 @@ _REUSABLE = {"built", "deployed", "measured", "infeasible", "failed"}
 
 
 @dataclass
-class _Outcome:
+class _ChildResult:
     artifact: Artifact | None
     reason: str | None
     seconds: float
@@ -77,7 +78,7 @@ def _describe_exit(returncode: int, timed_out: bool, spec: SearchSpec, error: st
     return f"exited with code {returncode}" + (f": {tail[0][:200]}" if tail else "")
 
 
-def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_dir: Path, spec: SearchSpec, log: Path) -> _Outcome:
+def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_dir: Path, spec: SearchSpec, log: Path) -> _ChildResult:
     """Build one route in a child interpreter; the result is renamed to ``out_dir`` only when complete."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
@@ -132,9 +133,9 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
             artifact = Artifact.model_validate(payload["artifact"])
             if Path(artifact.directory) == tmp:
                 artifact.directory = str(out_dir)
-            return _Outcome(artifact, None, seconds, peak)
+            return _ChildResult(artifact, None, seconds, peak)
         reason = _describe_exit(proc.returncode, timed_out, spec, payload.get("error"), log)
-        return _Outcome(None, reason, seconds, peak)
+        return _ChildResult(None, reason, seconds, peak)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         job.unlink(missing_ok=True)
@@ -146,118 +147,126 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _restore(candidate: Candidate, cache: TuningCache | None) -> bool:
+def _restore(candidate: Candidate, cache: TuningCache | None) -> BuildOutcome | None:
     """Take a candidate's build from the cache when its files are still there and unchanged."""
     previous = cache.previous.get(candidate.id) if cache else None
     if previous is None:
-        return False
+        return None
     if previous.status == "crashed":
-        candidate.status, candidate.reason, candidate.build = "crashed", previous.reason, previous.build
-        return True
+        return BuildOutcome(candidate_id=candidate.id, status="crashed", reason=previous.reason, build=previous.build)
     artifact = previous.artifact
     if previous.status not in _REUSABLE or artifact is None:
-        return False
+        return None
     directory = Path(artifact.directory)
     if not all((directory / f).is_file() for f in artifact.files) or files_sha256(directory, artifact.files) != artifact.sha256:
-        return False
-    candidate.artifact = artifact
-    candidate.build = previous.build.model_copy(update={"cached": True})
-    candidate.status, candidate.reason = "built", None
-    return True
+        return None
+    return BuildOutcome(candidate_id=candidate.id, status="built", artifact=artifact,
+                        build=previous.build.model_copy(update={"cached": True}))
 
 
 def build_candidates(
     candidates: Sequence[Candidate], context: BuildContext, work_dir: Path, spec: SearchSpec,
-    cache: TuningCache | None = None, progress: Callable[[Candidate], None] | None = None,
-    families: Mapping[str, RouteFamily] = FAMILIES,
-) -> None:
-    """Build every planned candidate (mutates status, artifact, build cost, reason). Never raises for a build."""
+    cache: TuningCache | None = None, families: Mapping[str, RouteFamily] = FAMILIES,
+) -> Iterator[BuildOutcome]:
+    """Build every planned candidate: one outcome each, as soon as it is decided (those the tuning cache
+    restores first, then the rest in order). Candidates are read, never changed. Never raises for a build."""
     work_dir = Path(work_dir)
     artifacts, logs = work_dir / "artifacts", work_dir / "logs"
     todo: list[Candidate] = []
+    ready: list[tuple[Candidate, Artifact]] = [
+        (c, c.artifact) for c in candidates if c.status not in ("planned", "crashed") and c.artifact is not None]
     for candidate in candidates:
         if candidate.status != "planned":
             continue
-        if _restore(candidate, cache):
-            _finish(candidate, cache, progress)
-        else:
+        restored = _restore(candidate, cache)
+        if restored is None:
             todo.append(candidate)
+            continue
+        if restored.artifact is not None:
+            ready.append((candidate, restored.artifact))
+        yield restored
 
-    graph_sources: dict[str, _Outcome] = {}
-    graph_cost_charged: set[str] = set()
-    builds: dict[str, _Outcome] = {}
-    stored: dict[str, str] = {}  # files sha256 -> directory: byte-identical builds are stored once
-    seen: set[tuple[str, str]] = set()  # (files sha256, runtime options): later ones are cached
-    for candidate in candidates:
+    shared = _Shared()
+    for candidate, artifact in ready:
         # Builds restored from the cache are reused by new routes with the same files (a resumed run).
-        if candidate.artifact is not None and candidate.status != "crashed" and candidate.family in families:
+        if candidate.family in families:
             key = _build_key(candidate, families[candidate.family], context)
-            builds.setdefault(key, _Outcome(candidate.artifact, None, 0.0, 0))
-            stored.setdefault(candidate.artifact.sha256, candidate.artifact.directory)
-            seen.add((candidate.artifact.sha256, json.dumps(candidate.artifact.runtime_options, sort_keys=True)))
+            shared.builds.setdefault(key, _ChildResult(artifact, None, 0.0, 0))
+            shared.stored.setdefault(artifact.sha256, artifact.directory)
+            shared.seen.add((artifact.sha256, json.dumps(artifact.runtime_options, sort_keys=True)))
     for candidate in todo:
-        family = families[candidate.family]
-        cost = BuildCost()
-        graph_key = candidate.graph.key() if candidate.graph else ""
-        build_context = context
-        if candidate.graph is not None:
-            if graph_key not in graph_sources:
-                graph_family = families[candidate.graph.family]
-                out = artifacts / f"graph-{_digest(graph_key, context.source_model or context.model.path)}"
-                graph_sources[graph_key] = run_isolated(graph_family, candidate.graph, context, out, spec, logs / f"{out.name}.log")
-            graph = graph_sources[graph_key]
-            if graph.artifact is None:
-                candidate.status, candidate.reason = "crashed", f"graph rewrite failed: {graph.reason}"
-                _finish(candidate, cache, progress)
-                continue
-            if graph_key not in graph_cost_charged:
-                graph_cost_charged.add(graph_key)
-                cost.seconds, cost.peak_rss_bytes = graph.seconds, graph.peak_rss_bytes
-            entry = Path(graph.artifact.directory) / graph.artifact.files[0]
-            build_context = context.model_copy(update={"source_model": str(entry)})
-        build_key = _build_key(candidate, family, context)
-        first_use = build_key not in builds
-        if first_use:
-            out = artifacts / f"{candidate.family}-{build_key}"
-            outcome = run_isolated(family, candidate.route, build_context, out, spec, logs / f"{out.name}.log")
-            builds[build_key] = outcome
-            if outcome.artifact is not None:
-                same = stored.get(outcome.artifact.sha256)
-                if same is not None and same != outcome.artifact.directory:
-                    shutil.rmtree(outcome.artifact.directory, ignore_errors=True)
-                    outcome.artifact.directory = same
-                stored.setdefault(outcome.artifact.sha256, outcome.artifact.directory)
-            cost.seconds += outcome.seconds
-            cost.peak_rss_bytes = max(cost.peak_rss_bytes, outcome.peak_rss_bytes)
-        outcome = builds[build_key]
-        if outcome.artifact is None:
-            candidate.status, candidate.reason = "crashed", outcome.reason
-        else:
-            options = getattr(family, "runtime_options", None)
-            runtime_options = options(candidate.route, context.model) if options else outcome.artifact.runtime_options
-            candidate.artifact = outcome.artifact.model_copy(update={"route": candidate.route, "runtime_options": runtime_options})
-            identity = (outcome.artifact.sha256, json.dumps(runtime_options, sort_keys=True))
-            cost.cached = identity in seen  # an earlier candidate already has this exact artifact
-            seen.add(identity)
-            candidate.status, candidate.reason = "built", None
-        candidate.build = cost
-        _finish(candidate, cache, progress)
+        yield _build_one(candidate, families, context, artifacts, logs, spec, shared)
+
+
+@dataclass
+class _Shared:
+    """What one call's builds share, so identical work is done and stored once."""
+
+    graph_sources: dict[str, _ChildResult] = field(default_factory=dict)  # graph route key -> rewrite
+    graph_cost_charged: set[str] = field(default_factory=set)  # a rewrite's cost goes to its first user
+    builds: dict[str, _ChildResult] = field(default_factory=dict)  # build key -> child result
+    stored: dict[str, str] = field(default_factory=dict)  # files sha256 -> directory: identical builds stored once
+    seen: set[tuple[str, str]] = field(default_factory=set)  # (files sha256, runtime options): later ones are cached
+
+
+def _build_one(
+    candidate: Candidate, families: Mapping[str, RouteFamily], context: BuildContext, artifacts: Path, logs: Path,
+    spec: SearchSpec, shared: _Shared,
+) -> BuildOutcome:
+    graph_sources, graph_cost_charged = shared.graph_sources, shared.graph_cost_charged
+    builds, stored, seen = shared.builds, shared.stored, shared.seen
+    family = families[candidate.family]
+    cost = BuildCost()
+    graph_key = candidate.graph.key() if candidate.graph else ""
+    build_context = context
+    if candidate.graph is not None:
+        if graph_key not in graph_sources:
+            graph_family = families[candidate.graph.family]
+            out = artifacts / f"graph-{_digest(graph_key, context.source_model or context.model.path)}"
+            graph_sources[graph_key] = run_isolated(graph_family, candidate.graph, context, out, spec, logs / f"{out.name}.log")
+        graph = graph_sources[graph_key]
+        if graph.artifact is None:
+            return BuildOutcome(candidate_id=candidate.id, status="crashed", reason=f"graph rewrite failed: {graph.reason}",
+                                build=cost)
+        if graph_key not in graph_cost_charged:
+            graph_cost_charged.add(graph_key)
+            cost.seconds, cost.peak_rss_bytes = graph.seconds, graph.peak_rss_bytes
+        entry = Path(graph.artifact.directory) / graph.artifact.files[0]
+        build_context = context.model_copy(update={"source_model": str(entry)})
+    build_key = _build_key(candidate, family, context)
+    if build_key not in builds:
+        out = artifacts / f"{candidate.family}-{build_key}"
+        child = run_isolated(family, candidate.route, build_context, out, spec, logs / f"{out.name}.log")
+        builds[build_key] = child
+        if child.artifact is not None:
+            same = stored.get(child.artifact.sha256)
+            if same is not None and same != child.artifact.directory:
+                shutil.rmtree(child.artifact.directory, ignore_errors=True)
+                child.artifact.directory = same
+            stored.setdefault(child.artifact.sha256, child.artifact.directory)
+        cost.seconds += child.seconds
+        cost.peak_rss_bytes = max(cost.peak_rss_bytes, child.peak_rss_bytes)
+    child = builds[build_key]
+    if child.artifact is None:
+        return BuildOutcome(candidate_id=candidate.id, status="crashed", reason=child.reason, build=cost)
+    # The files may be shared with a route that differs only in runtime options: take this route's own.
+    runtime_options = family.runtime_options(candidate.route, context.model)
+    if runtime_options is None:
+        runtime_options = child.artifact.runtime_options
+    artifact = child.artifact.model_copy(update={"route": candidate.route, "runtime_options": runtime_options})
+    identity = (child.artifact.sha256, json.dumps(runtime_options, sort_keys=True))
+    cost.cached = identity in seen  # an earlier candidate already has this exact artifact
+    seen.add(identity)
+    return BuildOutcome(candidate_id=candidate.id, status="built", artifact=artifact, build=cost)
 
 
 def _build_key(candidate: Candidate, family: RouteFamily, context: BuildContext) -> str:
     """What decides a build's files: family, file-changing knobs, graph route and source model."""
     knobs = full_knobs(family, candidate.route, context.model)
-    shared = file_knobs(family)
+    shared = family.file_knobs
     file_part = {k: v for k, v in knobs.items() if shared is None or k in shared}
     graph_key = candidate.graph.key() if candidate.graph else ""
     return _digest(candidate.family, file_part, graph_key, context.source_model or context.model.path)
-
-
-def _finish(candidate: Candidate, cache: TuningCache | None, progress: Callable[[Candidate], None] | None) -> None:
-    if cache is not None:
-        cache.record(candidate)
-    if progress is not None:
-        progress(candidate)
 
 
 # -- the child ----------------------------------------------------------------------------------------

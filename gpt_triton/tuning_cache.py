@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import platform
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 from gpt_triton import __version__
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.outcomes import ReuseOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import TuneSpec
 
@@ -152,6 +154,24 @@ class TuningCache:
 
     def get(self, candidate_id: str) -> Candidate | None:
         return self.previous.get(candidate_id)
+
+    def reused(self, candidates: Sequence[Candidate]) -> list[ReuseOutcome]:
+        """``--resume``: built candidates whose earlier screening and measurement this cache holds keep
+        them (measured, or infeasible with its accuracy result) instead of being measured again; the final
+        re-measurement on a fresh server still checks any gain they claim."""
+        outcomes: list[ReuseOutcome] = []
+        for candidate in candidates:
+            previous = self.previous.get(candidate.id)
+            if previous is None or candidate.status != "built":
+                continue
+            if previous.status == "measured" and previous.latency:
+                outcomes.append(ReuseOutcome(candidate_id=candidate.id, status="measured", reason=previous.reason,
+                                             latency=previous.latency, accuracy=previous.accuracy,
+                                             isolated=previous.isolated))
+            elif previous.status == "infeasible" and previous.accuracy is not None:
+                outcomes.append(ReuseOutcome(candidate_id=candidate.id, status="infeasible", reason=previous.reason,
+                                             accuracy=previous.accuracy))
+        return outcomes
 
     def close(self) -> None:
         self._handle.close()

@@ -15,6 +15,7 @@ import pytest
 
 from gpt_triton.build import build_candidates
 from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes, sha256_file
+from gpt_triton.core.outcomes import apply_outcomes
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact
 from gpt_triton.core.spec import SearchSpec, TuneSpec
@@ -120,7 +121,8 @@ def test_crash_abort_hang_raise_and_memory_are_isolated(context: BuildContext, t
     seen: list[str] = []
     # Session fixtures (a shared Triton) may already have children of this process; only new ones count.
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    build_candidates(cands, context, tmp_path, spec, progress=lambda c: seen.append(c.id), families=TEST_FAMILIES)
+    apply_outcomes(cands, build_candidates(cands, context, tmp_path, spec, families=TEST_FAMILIES),
+                   after=lambda c, _: seen.append(c.id))
     by = {c.family: c for c in cands}
     assert by["test_segv"].status == "crashed" and by["test_segv"].reason == "killed by SIGSEGV"
     assert by["test_abort"].status == "crashed" and (by["test_abort"].reason or "").startswith("killed by SIGABRT")
@@ -138,7 +140,7 @@ def test_crash_abort_hang_raise_and_memory_are_isolated(context: BuildContext, t
 
 def test_int8_static_without_calibration_crashes_with_a_clear_reason(context: BuildContext, tmp_path: Path) -> None:
     c = candidate("onnxruntime", {"precision": "int8_static"})
-    build_candidates([c], context, tmp_path, SearchSpec(), families=TEST_FAMILIES)
+    apply_outcomes([c], build_candidates([c], context, tmp_path, SearchSpec(), families=TEST_FAMILIES))
     assert c.status == "crashed" and "calibration" in (c.reason or "")
 
 
@@ -148,7 +150,7 @@ def test_shared_work_and_byte_identical_dedupe(context: BuildContext, tmp_path: 
     serving_only = candidate("onnxruntime", serving={"instance_count": 2})
     copy_a, copy_b = candidate("test_copy", {"variant": "a"}), candidate("test_copy", {"variant": "b"})
     cands = [base, runtime_only, serving_only, copy_a, copy_b]
-    build_candidates(cands, context, tmp_path, SearchSpec(), families=TEST_FAMILIES)
+    apply_outcomes(cands, build_candidates(cands, context, tmp_path, SearchSpec(), families=TEST_FAMILIES))
     assert all(c.status == "built" and c.artifact for c in cands)
     # Three child builds: ORT fp32 once (session options are runtime-only), test_copy once per variant.
     assert len(list((tmp_path / "logs").glob("*.log"))) == 3
@@ -168,7 +170,7 @@ def test_graph_rewrite_is_built_once_for_every_compiler(context: BuildContext, t
     graph = {"simplify": "none", "constant_folding": True, "shape_inference": False}
     cands = [candidate("onnxruntime", graph=graph), candidate("openvino", graph=graph),
              candidate("onnxruntime", {"precision": "int8_dynamic"}, graph=graph)]
-    build_candidates(cands, context, tmp_path, SearchSpec(), families=TEST_FAMILIES)
+    apply_outcomes(cands, build_candidates(cands, context, tmp_path, SearchSpec(), families=TEST_FAMILIES))
     assert [c.status for c in cands] == ["built"] * 3
     assert len(list((tmp_path / "logs").glob("graph-*.log"))) == 1
     graph_dirs = [p for p in (tmp_path / "artifacts").iterdir() if p.name.startswith("graph-")]
@@ -181,13 +183,15 @@ def test_resume_takes_builds_and_crashes_from_the_cache(context: BuildContext, t
     header = make_header(context.model, spec)
     first = [candidate("onnxruntime"), candidate("test_raise")]
     with TuningCache.open(tmp_path / "cache.jsonl", header, resume=False) as cache:
-        build_candidates(first, context, tmp_path / "work", spec.search, cache=cache, families=TEST_FAMILIES)
+        apply_outcomes(first, build_candidates(first, context, tmp_path / "work", spec.search, cache=cache, families=TEST_FAMILIES),
+                       after=lambda c, _: cache.record(c))
     shutil.rmtree(tmp_path / "work" / "logs")
     again = [candidate("onnxruntime"), candidate("test_raise"), candidate("onnxruntime", {"allow_spinning": False}),
              candidate("onnxruntime", {"precision": "int8_dynamic"})]
     with TuningCache.open(tmp_path / "cache.jsonl", header, resume=True) as cache:
         assert set(cache.previous) == {c.id for c in first}
-        build_candidates(again, context, tmp_path / "work", spec.search, cache=cache, families=TEST_FAMILIES)
+        apply_outcomes(again, build_candidates(again, context, tmp_path / "work", spec.search, cache=cache, families=TEST_FAMILIES),
+                       after=lambda c, _: cache.record(c))
     assert again[0].status == "built" and again[0].build.cached and again[0].artifact == first[0].artifact
     assert again[1].status == "crashed" and again[1].reason == first[1].reason
     # A new route with the restored route's files reuses them; only a route with new files runs a child.

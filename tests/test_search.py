@@ -1,5 +1,5 @@
 """CandidateSearch: counts per mode from the families' own knob lists, feedback in mixed, seeded random,
-max_builds, baseline first, and spec errors."""
+max_builds, baseline first, and spec errors; each strategy passes the shared conformance suite."""
 
 from __future__ import annotations
 
@@ -14,8 +14,33 @@ from gpt_triton.core.model_info import ModelInfo, inspect_model
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.routes import FAMILIES
-from gpt_triton.search import CandidateSearch, knob_space
+from gpt_triton.search import (
+    STRATEGIES,
+    CandidateSearch,
+    FastSearch,
+    FullSearch,
+    MixedSearch,
+    RandomSearch,
+    knob_space,
+)
+from gpt_triton.testing.conformance.search import SearchStrategyConformance
 from gpt_triton.testing.models import build_tiny_mlp
+
+
+class TestFastConformance(SearchStrategyConformance):
+    strategy = FastSearch
+
+
+class TestFullConformance(SearchStrategyConformance):
+    strategy = FullSearch
+
+
+class TestMixedConformance(SearchStrategyConformance):
+    strategy = MixedSearch
+
+
+class TestRandomConformance(SearchStrategyConformance):
+    strategy = RandomSearch
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +204,23 @@ def test_plan_counts_agree_with_ask(model: ModelInfo, tmp_path: Path) -> None:
     spec = TuneSpec.model_validate({"search": {"mode": "fast", "max_builds": 1000}})
     counts = CandidateSearch(spec, model).plan_counts()
     assert counts["modes"]["fast"] == len(CandidateSearch(spec, model).ask())
+
+
+def test_the_spec_mode_picks_the_strategy(model: ModelInfo) -> None:
+    assert set(STRATEGIES) == {"fast", "full", "mixed", "random"}
+    for mode, strategy in STRATEGIES.items():
+        assert strategy.mode == mode
+        search = CandidateSearch(TuneSpec.model_validate({"search": {"mode": mode}}), model)
+        assert type(search.strategy) is strategy
+
+
+def test_plan_counts_are_exact_per_mode(model: ModelInfo) -> None:
+    """Nothing cut by max_builds and no feedback: every mode plans exactly what plan_counts says."""
+    for mode in ("fast", "full", "mixed", "random"):
+        spec = small_spec(mode, max_builds=1000, random_routes=5)
+        counts = CandidateSearch(spec, model).plan_counts()
+        search = CandidateSearch(spec, model)
+        planned = search.ask()
+        search.tell(planned, lambda c: None)
+        planned += search.ask()
+        assert counts["modes"][mode] == len(planned), mode

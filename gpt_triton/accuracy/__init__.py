@@ -16,7 +16,7 @@ from gpt_triton.accuracy.reference import (
     split_reference,
     synthesize_reference,
 )
-from gpt_triton.accuracy.validate import infer_requests, validate_through_triton
+from gpt_triton.accuracy.validate import infer_requests
 from gpt_triton.core.accuracy import AccuracyResult, OutputResult
 
 __all__ = [
@@ -24,5 +24,4 @@ __all__ = [
     "describe_split",
     "eligible", "infer_requests", "load_reference", "load_task_metric", "pareto_front", "save_calibration_npz",
     "save_jsonl", "save_npz", "save_npz_dir", "save_perf_analyzer_json", "split_reference", "synthesize_reference",
-    "validate_through_triton",
 ]

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from gpt_triton.accuracy.compare import compare_requests
-from gpt_triton.accuracy.reference import ReferenceSet
-from gpt_triton.core.accuracy import AccuracyResult
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.spec import AccuracySpec
 
 Request = dict[str, np.ndarray]
 
@@ -98,33 +94,3 @@ def infer_requests(
     if errors:
         raise GptTritonError(f"inference on {model_name} via {grpc_url} failed: {errors[0]}")
     return [r if r is not None else {} for r in results]
-
-
-def validate_through_triton(
-    grpc_url: str,
-    model_name: str,
-    reference: ReferenceSet,
-    spec: AccuracySpec,
-    split: Literal["tuning", "heldout"],
-    *,
-    model_version: str = "",
-) -> AccuracyResult:
-    """Infer every reference request through Triton and compare with the reference outputs.
-
-    A server-side failure (the candidate crashed, refused a shape, timed out) is a failed result with
-    the reason, not an exception: it disqualifies this candidate, not the run.
-    """
-    if reference.outputs is None:
-        raise GptTritonError(
-            "the reference has no outputs; take them from the default route first (ReferenceSet.with_outputs)"
-        )
-    output_names = list(reference.outputs[0])
-    try:
-        answers = infer_requests(grpc_url, model_name, reference.inputs, output_names, model_version=model_version)
-    except GptTritonError as exc:
-        n = len(reference)
-        return AccuracyResult(
-            split=split, requests=n, passed=False, exceedances=n, exceedance_upper_bound=1.0,
-            confidence=spec.confidence, min_margin=-1.0, reason=str(exc),
-        )
-    return compare_requests(reference.outputs, answers, spec, split, inputs=reference.inputs)

@@ -17,6 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from gpt_triton.canary.controller import (
+    EXIT_CODES,
     CanaryController,
     CanaryMetrics,
     CanaryPolicy,
@@ -29,8 +30,6 @@ from gpt_triton.canary.router import LocalRouterShifter, TrafficLoop, WeightedRo
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.spec import parse_duration
 from gpt_triton.metrics.prometheus import PrometheusClient
-
-EXIT_CODES = {"promoted": 0, "rolled_back": 1, "halted": 3}
 
 
 def parse_steps(text: str) -> list[float]:

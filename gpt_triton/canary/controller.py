@@ -28,6 +28,8 @@ from gpt_triton.canary.router import TrafficShifter
 from gpt_triton.core.errors import GptTritonError
 
 Outcome = Literal["promoted", "rolled_back", "halted"]
+# The command's exit code per outcome, local or on Kubernetes (2 is a user error, raised before any outcome).
+EXIT_CODES: dict[Outcome, int] = {"promoted": 0, "rolled_back": 1, "halted": 3}
 
 
 class VersionServer(Protocol):

@@ -25,7 +25,13 @@ from typing import Any
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from gpt_triton.canary.controller import CanaryController, CanaryMetrics, CanaryPolicy, DecisionLog
+from gpt_triton.canary.controller import (
+    EXIT_CODES,
+    CanaryController,
+    CanaryMetrics,
+    CanaryPolicy,
+    DecisionLog,
+)
 from gpt_triton.canary.gates import GateConfig, PromQLGates
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.spec import parse_duration
@@ -194,8 +200,6 @@ def _versions(args: argparse.Namespace, stable: PinnedDeployment, canary: Pinned
 
 def run_k8s(args: argparse.Namespace, policy: CanaryPolicy, interval: float) -> int:
     """The canary on Kubernetes; returns the exit code (0 promoted, 1 rolled back, 3 halted)."""
-    from gpt_triton.canary.cli import EXIT_CODES  # the CLI imports this module lazily
-
     stable_name, canary_name = _deployment_names(args.k8s_deployments)
     if args.total_replicas is not None and args.total_replicas < 1:
         raise GptTritonError("--total-replicas must be at least 1")

@@ -6,8 +6,9 @@ Each request goes to the candidate version with probability ``weight``, else to 
 the choice of version and the in-flight increment happen under one lock, so once ``set_weight(0)``
 has returned no new request can pick the candidate, and once the drain returns none is still running.
 
-:class:`TrafficShifter` is the protocol the canary controller drives; :class:`LocalRouterShifter` is
-the local implementation, Kubernetes plugs in a replica-ratio shifter (``gpt_triton.k8s``).
+:class:`TrafficShifter` (``gpt_triton.core.shifting``) is the base the canary controller drives;
+:class:`LocalRouterShifter` is the local implementation, Kubernetes plugs in a replica-ratio shifter
+(``gpt_triton.k8s.shifter``).
 """
 
 from __future__ import annotations
@@ -17,22 +18,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.shifting import TrafficShifter
 
-
-@runtime_checkable
-class TrafficShifter(Protocol):
-    """Moves a share of traffic to the candidate. ``set_weight`` returns once the change is in effect:
-    in particular, after ``set_weight(0.0)`` no request reaches the candidate and after ``set_weight(1.0)``
-    none reaches the stable version, so the controller may unload it next."""
-
-    def set_weight(self, weight: float) -> None: ...
+__all__ = ["LocalRouterShifter", "TrafficLoop", "TrafficShifter", "WeightedRouter", "make_inputs"]
 
 
 def _check_weight(weight: float) -> float:
@@ -111,13 +105,17 @@ class WeightedRouter:
             self._weight = 0.0
 
 
-class LocalRouterShifter:
+class LocalRouterShifter(TrafficShifter):
     """:class:`TrafficShifter` over a :class:`WeightedRouter`: set the weight, then drain the version
     that no longer receives traffic so it can be unloaded safely."""
 
     def __init__(self, router: WeightedRouter, drain_timeout_s: float = 30.0) -> None:
         self.router = router
         self.drain_timeout_s = drain_timeout_s
+
+    @property
+    def effective_weight(self) -> float:
+        return self.router.weight  # per request, so exactly the weight set
 
     def set_weight(self, weight: float) -> None:
         self.router.set_weight(weight)

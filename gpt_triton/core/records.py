@@ -13,6 +13,7 @@ from gpt_triton.core.accuracy import AccuracyResult
 from gpt_triton.core.measurements import Interval, IsolatedStats, LatencyStats, ObjectiveContrasts
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.routes import Artifact, Route
+from gpt_triton.core.spec import TuneSpec
 
 CandidateStatus = Literal["planned", "built", "crashed", "deployed", "measured", "infeasible", "failed"]
 
@@ -85,7 +86,7 @@ class RunReport(BaseModel):
     created: str
     model: ModelInfo
     shapes: dict[str, list[int]]
-    spec: dict[str, Any]
+    spec: TuneSpec  # saved as the same JSON object the YAML spec validates to
     machine: Machine
     triton_version: str = ""
     triton_mode: Literal["embedded", "remote"] = "embedded"

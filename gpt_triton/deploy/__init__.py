@@ -11,6 +11,7 @@ from gpt_triton.deploy._config import (
     write_model,
     write_version_files,
 )
+from gpt_triton.deploy._load import deploy_candidates, unload_candidates
 
 __all__ = [
     "ADAPTER_SOURCE",
@@ -18,8 +19,10 @@ __all__ = [
     "choose_backend",
     "config_text",
     "default_max_batch_size",
+    "deploy_candidates",
     "model_config",
     "parse_config",
+    "unload_candidates",
     "write_model",
     "write_version_files",
 ]

@@ -7,7 +7,8 @@ Backend choice: a native backend (NGC image, remote mode) is used only when it e
 it can express every runtime option of the artifact; otherwise the python backend serves the artifact
 through our runtime adapter (``adapter/model.py``), which applies the options exactly as the build
 measured them. A native backend that silently dropped an option (e.g. ORT spinning, OpenVINO's f32
-precision hint) would serve a different route from the one that was tuned.
+precision hint) would serve a different route from the one that was tuned. What each native backend can
+express is the runtime's own knowledge: ``gpt_triton.runtimes`` ``Runtime.native_config``.
 """
 
 from __future__ import annotations
@@ -22,31 +23,19 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from gpt_triton import runtimes
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo, TensorInfo
 from gpt_triton.core.records import DeployInfo
 from gpt_triton.core.routes import Artifact, Route
+from gpt_triton.runtimes import NativeBackendConfig, get_runtime
 
 ADAPTER_SOURCE = Path(__file__).parent / "adapter" / "model.py"
 RUNTIME_FILE = "gpt_triton_runtime.json"
+# The adapter imports the runtime layer from a copy beside it (production Triton has no gpt_triton).
+RUNTIMES_SOURCE = Path(runtimes.__file__).parent
+RUNTIMES_DIR = "gpt_triton_runtimes"
 DEFAULT_BATCHED_MAX = 8
-
-# Triton's ONNX Runtime backend: optimization.graph.level -1 = basic, 1 = extended, 2 = disable all;
-# absent = ORT_ENABLE_ALL (onnxruntime.cc, ModelState::LoadModel).
-_ORT_GRAPH_LEVEL = {"ORT_ENABLE_BASIC": -1, "ORT_ENABLE_EXTENDED": 1, "ORT_DISABLE_ALL": 2, "ORT_ENABLE_ALL": None}
-_ORT_PARAMETER = {
-    "intra_op_num_threads": "intra_op_thread_count",
-    "inter_op_num_threads": "inter_op_thread_count",
-    "enable_cpu_mem_arena": "enable_mem_arena",
-    "enable_mem_pattern": "enable_mem_pattern",
-}
-# Session config entries the native backend forwards, and the values that equal ORT's defaults (so
-# leaving them out of the native config changes nothing).
-_ORT_DEFAULT_ENTRIES = {"session.intra_op.allow_spinning": "1", "session.inter_op.allow_spinning": "1"}
-# The OpenVINO backend reads these parameters (ModelState::ParseParameters); INFERENCE_PRECISION_HINT
-# is only expressible as HINT_BF16=YES.
-_OV_PARAMETERS = {"PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"}
-_NATIVE_BACKEND = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tensorrt": "tensorrt"}
 
 
 def default_max_batch_size(model: ModelInfo) -> int:
@@ -54,58 +43,26 @@ def default_max_batch_size(model: ModelInfo) -> int:
     return DEFAULT_BATCHED_MAX if model.batch_dynamic else 0
 
 
-def _ort_native_parameters(options: dict[str, Any]) -> tuple[dict[str, str], int | None] | None:
-    """(parameters, graph level) for the native ONNX Runtime backend, None when it cannot express them."""
-    session = dict(options.get("session_options") or {})
-    params: dict[str, str] = {}
-    level_name = session.pop("graph_optimization_level", "ORT_ENABLE_ALL")
-    if level_name not in _ORT_GRAPH_LEVEL:
-        return None
-    mode = session.pop("execution_mode", None)
-    if mode is not None:
-        params["execution_mode"] = {"ORT_SEQUENTIAL": "0", "ORT_PARALLEL": "1"}[mode]
-    for key, value in session.items():
-        if key not in _ORT_PARAMETER:
-            return None
-        params[_ORT_PARAMETER[key]] = str(int(value))
-    for key, value in (options.get("config_entries") or {}).items():
-        if _ORT_DEFAULT_ENTRIES.get(key) != str(value):
-            return None
-    return params, _ORT_GRAPH_LEVEL[level_name]
-
-
-def _ov_native_parameters(options: dict[str, Any]) -> dict[str, str] | None:
-    """Parameters for the native OpenVINO backend, None when it cannot express the options."""
-    if options.get("device", "CPU") != "CPU":
-        return None
-    params: dict[str, str] = {}
-    for key, value in (options.get("config") or {}).items():
-        if key in _OV_PARAMETERS:
-            params[key] = str(value)
-        elif key == "INFERENCE_PRECISION_HINT" and str(value) == "bf16":
-            params["HINT_BF16"] = "YES"
-        else:  # e.g. an f32 precision hint: the backend would fall back to the CPU's default (bf16 here)
-            return None
-    return params
+def _native(artifact: Artifact) -> NativeBackendConfig | None:
+    """How the runtime's native Triton backend would apply the artifact's options (None: it cannot)."""
+    return get_runtime(artifact.runtime).native_config(artifact.runtime_options)
 
 
 def choose_backend(artifact: Artifact, native_backends: frozenset[str]) -> str:
     """The backend that serves ``artifact``: native where present and faithful, else "python"."""
-    native = _NATIVE_BACKEND[artifact.runtime]
-    if artifact.runtime == "tensorrt":
-        if native not in native_backends:
+    runtime = get_runtime(artifact.runtime)
+    native = _native(artifact)
+    if not runtime.python_backend:  # e.g. a TensorRT plan: only its native backend (and a GPU) runs it
+        if native is None or native.backend not in native_backends:
+            gpu = " and a GPU" if native is None or native.gpu else ""
             raise GptTritonError(
-                "a TensorRT plan needs a Triton with the tensorrt backend and a GPU; "
-                "point server.triton_url at one or disable the tensorrt family"
+                f"a {artifact.runtime} artifact needs a Triton with the {runtime.backend} backend{gpu}; "
+                f"point server.triton_url at one or disable the {artifact.family} family"
             )
-        return native
-    if native not in native_backends:
+        return native.backend
+    if native is None or native.backend not in native_backends:
         return "python"
-    if artifact.runtime == "onnxruntime" and _ort_native_parameters(artifact.runtime_options) is None:
-        return "python"
-    if artifact.runtime == "openvino" and _ov_native_parameters(artifact.runtime_options) is None:
-        return "python"
-    return native
+    return native.backend
 
 
 def _data_type(tensor: TensorInfo) -> int:
@@ -163,9 +120,17 @@ def model_config(
     """The Triton ModelConfig of one candidate. ``shapes`` are per-request shapes (batch included)."""
     knobs = _serving_knobs(serving, model, shapes)
     batched = knobs["max_batch_size"] > 0
+    native = None
+    if backend != "python":
+        native = _native(artifact)
+        if native is None or native.backend != backend:
+            raise GptTritonError(
+                f"the {backend} backend cannot serve this {artifact.runtime} artifact with its runtime options "
+                f"{artifact.runtime_options}; use choose_backend() (it picks the python adapter then)"
+            )
     config = mc.ModelConfig(name=name, max_batch_size=knobs["max_batch_size"])
-    if backend == "tensorrt":
-        config.platform = "tensorrt_plan"
+    if native is not None and native.platform:
+        config.platform = native.platform
     else:
         config.backend = backend
     if backend != "python":
@@ -176,21 +141,15 @@ def model_config(
         config.output.add(name=tensor.name, data_type=_data_type(tensor), dims=_config_dims(tensor, batched))
     config.instance_group.add(
         count=knobs["instance_count"],
-        kind=mc.ModelInstanceGroup.KIND_GPU if backend == "tensorrt" else mc.ModelInstanceGroup.KIND_CPU,
+        kind=mc.ModelInstanceGroup.KIND_GPU if native is not None and native.gpu else mc.ModelInstanceGroup.KIND_CPU,
     )
     if knobs["dynamic_batching"]:
         config.dynamic_batching.max_queue_delay_microseconds = knobs["max_queue_delay_us"]
         config.dynamic_batching.preferred_batch_size.extend(knobs["preferred_batch_sizes"])
-    if backend == "onnxruntime":
-        native = _ort_native_parameters(artifact.runtime_options)
-        assert native is not None, "choose_backend() picks python for options the native backend cannot express"
-        params, level = native
-        if level is not None:
-            config.optimization.graph.level = level
-        for key, value in params.items():
-            config.parameters[key].string_value = value
-    elif backend == "openvino":
-        for key, value in (_ov_native_parameters(artifact.runtime_options) or {}).items():
+    if native is not None:
+        if native.graph_level is not None:
+            config.optimization.graph.level = native.graph_level
+        for key, value in native.parameters.items():
             config.parameters[key].string_value = value
     _add_warmup(config, model, shapes, batched)
     return config
@@ -223,8 +182,9 @@ def parse_config(text: str) -> mc.ModelConfig:
 
 
 def write_version_files(version_dir: Path, artifact: Artifact, backend: str) -> None:
-    """Copy the artifact's files into ``version_dir``; for the python backend add the adapter and the
-    runtime description it reads (per version, so versions of one model may use different runtimes)."""
+    """Copy the artifact's files into ``version_dir``; for the python backend add the adapter, the runtime
+    modules it imports (``gpt_triton_runtimes/``) and the runtime description it reads (per version, so
+    versions of one model may use different runtimes)."""
     version_dir = Path(version_dir)
     source = Path(artifact.directory)
     if not artifact.files:
@@ -242,9 +202,14 @@ def write_version_files(version_dir: Path, artifact: Artifact, backend: str) -> 
         # Triton's stub imports model.py and would write __pycache__ into the version directory (it
         # ignores PYTHONDONTWRITEBYTECODE): an unsigned file appearing in a signed version. Ship the
         # bytecode instead, hash-checked so it stays valid whatever the file times after a copy.
-        py_compile.compile(
-            str(version_dir / "model.py"), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
-        )
+        # The same goes for the runtime modules the adapter imports from beside itself.
+        runtimes_dir = version_dir / RUNTIMES_DIR
+        shutil.rmtree(runtimes_dir, ignore_errors=True)  # no stale module from an earlier write
+        runtimes_dir.mkdir()
+        for module in sorted(RUNTIMES_SOURCE.glob("*.py")):
+            shutil.copy2(module, runtimes_dir / module.name)
+        for source in [version_dir / "model.py", *sorted(runtimes_dir.glob("*.py"))]:
+            py_compile.compile(str(source), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
         description = {"runtime": artifact.runtime, "entry": artifact.files[0], "runtime_options": artifact.runtime_options}
         (version_dir / RUNTIME_FILE).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
 

@@ -1,10 +1,10 @@
-"""Canary traffic by replica ratio: implements the canary's ``TrafficShifter`` protocol (``set_weight``).
+"""Canary traffic by replica ratio: a :class:`~gpt_triton.core.shifting.TrafficShifter` the canary drives.
 
 The chart's Service selects the stable and the canary Deployment alike, so the canary's share of traffic is
 its share of ready replicas. That is coarse (steps of 1/total) and per connection, not per request: gRPC
 clients that hold one long-lived connection stay on one pod, so use HTTP clients or a mesh/gateway with
-weighted routing when exact weights matter. Kept free of ``gpt_triton.canary`` imports on purpose: it is a
-structural implementation of the protocol and works whether or not that module is installed.
+weighted routing when exact weights matter. The base comes from core, not from ``gpt_triton.canary``:
+the canary imports this package, never the other way round.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.shifting import TrafficShifter
 from gpt_triton.k8s.client import KubeClient
 
 
@@ -39,13 +40,13 @@ def split_replicas(weight: float, total: int) -> tuple[int, int]:
 
 
 @dataclass
-class DeploymentReplicaShifter:
+class DeploymentReplicaShifter(TrafficShifter):
     """``set_weight(w)`` patches ``spec.replicas`` of the stable and canary Deployments.
 
     ``total_replicas`` defaults to the Deployments' current sum, read on the first call. Scaling up
     happens before scaling down, so serving capacity never dips below the total during a step.
 
-    The protocol asks that the new split be in effect when ``set_weight`` returns (after 0.0 no request
+    The base asks that the new split be in effect when ``set_weight`` returns (after 0.0 no request
     reaches the canary), so each scale waits until the Deployment reports the target: ready replicas
     for a scale-up, no pods beyond the target for a scale-down (terminating pods have already left the
     Service's endpoints then). ``wait_s=0`` returns right after patching.

@@ -26,6 +26,7 @@ import numpy as np
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LatencyStats, LoadProfile, ObjectiveContrasts
+from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
@@ -48,6 +49,22 @@ class RemeasureResult:
     stats: LatencyStats
     latencies_ms: np.ndarray  # pooled over the re-measure windows
     window_latencies_ms: list[np.ndarray] = field(default_factory=list)  # per window, for the two-stage gain CI
+
+
+@dataclass
+class MeasureRun:
+    """What one :meth:`Measurer.measure` found: an outcome per candidate, and the run's evidence."""
+
+    outcomes: list[MeasureOutcome]
+    log: list[str]  # the decision log, in order
+    # The drift model of the objective load's run, for selection's tie test (None when the objective
+    # spans several loads, or too few windows ran to fit it).
+    contrasts: ObjectiveContrasts | None
+    # Racing's view of every window (log objective, in the order run), by load label: what the drift
+    # model was fitted on, kept for reports and benchmarks.
+    race_windows: dict[str, list[RaceWindow]]
+    machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
+    windows: int  # windows this run took, warm-ups included
 
 
 @dataclass
@@ -103,14 +120,9 @@ class Measurer:
         # Racing may drop after this many interleaved rounds; never before every candidate has one full
         # window (the interval is drift-pooled across candidates, so it does not need min_windows each).
         self.race_after = max(1, race_after)
-        self.machine_sharing: dict[str, Any] = {}
-        self.window_order: list[tuple[str, str]] = []  # (candidate id, load label), in the order run
-        # The racing view of every window of the last measure() (log objective, in the order run), by
-        # load label: what the drift model was fitted on, kept for reports and benchmarks.
-        self.race_windows: dict[str, list[RaceWindow]] = {}
-        # The drift model of the last measure()'s objective-load run, for selection's tie test (None when
-        # the objective spans several loads, or too few windows ran to fit it).
-        self.contrasts: ObjectiveContrasts | None = None
+        # Every window this measurer ran, (candidate id, load label) in order: its history across runs,
+        # which also seeds each run's shuffle so two runs never share an order.
+        self.window_order: list[tuple[str, str]] = []
         self._windows_run = 0
 
     @property
@@ -240,9 +252,11 @@ class Measurer:
                 self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows (max_windows)")
         return run
 
-    def measure(self, candidates: Sequence[Candidate]) -> list[str]:
-        """Measure every deployed candidate at every load in ``spec.loads``; returns the decision log."""
+    def measure(self, candidates: Sequence[Candidate]) -> MeasureRun:
+        """Measure every deployed candidate at every load in ``spec.loads``. Candidates are read, never
+        changed: each gets a :class:`MeasureOutcome` (``measured``, or ``failed`` with the reason)."""
         log: list[str] = []
+        windows_before = self._windows_run
         groups: dict[str, list[Candidate]] = {}
         for cand in candidates:
             if cand.deploy is None:
@@ -263,8 +277,8 @@ class Measurer:
             self._say(log, "racing off: the throughput objective over rate profiles spans several loads")
         order = [obj_index] + [i for i in range(len(spec.loads)) if i != obj_index]
         runs: dict[int, _Run] = {}
+        race_windows: dict[str, list[RaceWindow]] = {}
         with pinned(self.server_pid) as sharing:
-            self.machine_sharing = sharing
             self._say(log, f"machine: {sharing['note']}")
             excluded: set[str] = set()
             for i in order:
@@ -272,12 +286,12 @@ class Measurer:
                 runs[i] = self._interleave(live, spec.loads[i], race and i == obj_index, spec.min_windows,
                                            spec.max_windows, True, log)
                 excluded |= set(runs[i].dropped) | set(runs[i].failed)
-                self.race_windows[spec.loads[i].label()] = runs[i].windows
+                race_windows[spec.loads[i].label()] = runs[i].windows
         fit = drift_fit(runs[obj_index].windows)
         if self.objective.metric == "throughput" and spec.loads[obj_index].kind != "concurrency":
             fit = None  # the objective is the best held rate over several loads, not one load's windows
         aliases = {c.id: group[0].id for group in groups.values() for c in group[1:]}
-        self.contrasts = contrasts_from_fit(fit, aliases) if fit is not None else None
+        outcomes: list[MeasureOutcome] = []
         for cid, rep in reps.items():
             failed = next((runs[i].failed[cid] for i in order if cid in runs[i].failed), None)
             stats = [
@@ -285,13 +299,15 @@ class Measurer:
                           spec.bootstrap_resamples, self.seed)
                 for i, load in enumerate(spec.loads)
             ]
-            for cand in groups[dedupe_key(rep)]:
-                cand.latency = [s.model_copy(deep=True) for s in stats]
-                cand.status = "failed" if failed else "measured"
-                cand.reason = failed or (f"dropped by racing: {runs[obj_index].dropped[cid]}"
-                                         if cid in runs[obj_index].dropped else None)
-        self._say(log, f"measured {len(reps)} distinct candidates in {self._windows_run} windows (warm-ups included)")
-        return log
+            reason = failed or (f"dropped by racing: {runs[obj_index].dropped[cid]}"
+                                if cid in runs[obj_index].dropped else None)
+            outcomes.extend(MeasureOutcome(candidate_id=cand.id, status="failed" if failed else "measured",
+                                           reason=reason, latency=stats)
+                            for cand in groups[dedupe_key(rep)])
+        windows = self._windows_run - windows_before
+        self._say(log, f"measured {len(reps)} distinct candidates in {windows} windows (warm-ups included)")
+        return MeasureRun(outcomes=outcomes, log=log, contrasts=contrasts_from_fit(fit, aliases) if fit else None,
+                          race_windows=race_windows, machine_sharing=sharing, windows=windows)
 
     def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> _Run:
         """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds
@@ -303,8 +319,7 @@ class Measurer:
             models[cand.id] = cand.deploy.model_name
         load = self.spec.loads[self.objective.load_index]
         self.seed += 7_777
-        with pinned(self.server_pid) as sharing:
-            self.machine_sharing = sharing
+        with pinned(self.server_pid):
             run = self._interleave(models, load, False, windows, windows, False, [], shuffle=shuffle)
         if run.failed:
             cid, why = next(iter(run.failed.items()))

@@ -8,7 +8,6 @@ computed here so the report can show how well it predicts the latency Triton act
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -23,28 +22,7 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import IsolatedStats
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact
-
-
-def ort_session(path: Path, options: dict[str, Any], profile_dir: str | None = None) -> Any:
-    """An in-process ONNX Runtime session with an artifact's ``runtime_options`` (the adapter's schema)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    for key, value in (options.get("session_options") or {}).items():
-        if key == "graph_optimization_level" and isinstance(value, (str, int)):
-            value = ort.GraphOptimizationLevel(int(value)) if isinstance(value, int) else getattr(ort.GraphOptimizationLevel, value)
-        elif key == "execution_mode" and isinstance(value, (str, int)):
-            value = ort.ExecutionMode(int(value)) if isinstance(value, int) else getattr(ort.ExecutionMode, value)
-        if not hasattr(so, key):
-            raise GptTritonError(f"artifact runtime option session_options.{key} is not an ONNX Runtime SessionOptions field")
-        setattr(so, key, value)
-    for key, value in (options.get("config_entries") or {}).items():
-        so.add_session_config_entry(str(key), str(value))
-    if profile_dir is not None:
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(profile_dir, "ort_profile")
-    providers = options.get("providers") or ["CPUExecutionProvider"]
-    return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+from gpt_triton.runtimes import OnnxRuntime, RuntimeLayerError, get_runtime
 
 
 def _median_ms(run: Any, requests: Sequence[dict[str, np.ndarray]], repeats: int) -> float:
@@ -75,32 +53,33 @@ def profiler_op_sum_ms(trace_file: str | Path, skip_first: int = 1) -> float | N
 
 
 def isolated_estimate(artifact: Artifact, requests: Sequence[dict[str, np.ndarray]], repeats: int = 20) -> IsolatedStats:
-    """Median single-request latency in-process with the artifact's runtime and options, plus (ORT) the
-    profiler's per-op time sum. TensorRT artifacts need a GPU: returns empty stats here."""
+    """Median single-request latency in-process with the artifact's runtime and options (the runners
+    the adapter serves with), plus (ONNX Runtime) the profiler's per-op time sum. A runtime that is not
+    available here (TensorRT without a GPU) gives empty stats."""
     if not requests:
         raise GptTritonError("isolated_estimate needs at least one request")
     path = Path(artifact.directory) / artifact.files[0]
     if not path.is_file():
         raise GptTritonError(f"artifact file missing: {path}; rebuild the candidate")
-    opts = artifact.runtime_options
-    if artifact.runtime == "onnxruntime":
-        sess = ort_session(path, opts)
-        single = _median_ms(lambda req: sess.run(None, req), requests, repeats)
-        with tempfile.TemporaryDirectory() as tmp:
-            prof = ort_session(path, opts, profile_dir=tmp)
-            for i in range(1 + max(1, min(repeats, 10))):
-                prof.run(None, requests[i % len(requests)])
-            op_sum = profiler_op_sum_ms(prof.end_profiling(), skip_first=1)
-        return IsolatedStats(single_request_ms=single, profiler_op_sum_ms=op_sum)
-    if artifact.runtime == "openvino":
-        import openvino as ov
-
-        core = ov.Core()
-        compiled = core.compile_model(str(path), "CPU", opts.get("config") or {})
-        request = compiled.create_infer_request()
-        single = _median_ms(lambda req: request.infer(req), requests, repeats)
-        return IsolatedStats(single_request_ms=single)
-    return IsolatedStats()
+    runtime = get_runtime(artifact.runtime)
+    if not runtime.availability()[0]:
+        return IsolatedStats()
+    try:
+        # reuse_outputs: the outputs are dropped, as the adapter copies them out before its next run.
+        with runtime.open(path, artifact.runtime_options, reuse_outputs=True) as runner:
+            single = _median_ms(runner.infer, requests, repeats)
+        op_sum = None
+        if isinstance(runtime, OnnxRuntime):
+            with tempfile.TemporaryDirectory() as tmp:
+                profiled = runtime.open(path, artifact.runtime_options, profile_dir=tmp)
+                with profiled:
+                    for i in range(1 + max(1, min(repeats, 10))):
+                        profiled.infer(requests[i % len(requests)])
+                assert profiled.profile_path is not None  # written by deactivate()
+                op_sum = profiler_op_sum_ms(profiled.profile_path, skip_first=1)
+    except RuntimeLayerError as exc:
+        raise GptTritonError(f"in-process estimate of {path}: {exc}") from exc
+    return IsolatedStats(single_request_ms=single, profiler_op_sum_ms=op_sum)
 
 
 def rank_correlation(candidates: Sequence[Candidate], load_index: int = 0, metric: str = "p50") -> float:

@@ -12,15 +12,16 @@ from __future__ import annotations
 import time
 import urllib.error
 from collections import Counter
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
 from gpt_triton.core.accuracy import AccuracyResult
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.records import RunReport
+from gpt_triton.core.records import CandidateStatus, RunReport
 
 PREFIX = "gpt_triton"
-STATUSES = ("planned", "built", "crashed", "deployed", "measured", "infeasible", "failed")
+STATUSES: tuple[str, ...] = get_args(CandidateStatus)  # every status, so a gauge of 0 is pushed too
 
 
 def _winner_accuracy(report: RunReport) -> AccuracyResult | None:

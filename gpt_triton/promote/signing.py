@@ -1,9 +1,11 @@
-"""HMAC-SHA256 signing of a promoted model version, and its verification.
+"""Signing of a promoted model version, and its verification.
 
-``signatures.json`` lists every file of a version directory (relative path, sha256, HMAC-SHA256 of the
-file's bytes) plus one ``manifest_mac`` over that list, so removing a file *and* its entry is caught too.
-Optionally (a PEM key) Ed25519: one signature over the list of sha256s; servers then hold only the
-public key and cannot forge a version.
+``signatures.json`` lists every file of a version directory (relative path, sha256) and authenticates
+that list as a whole, so removing a file *and* its entry is caught too. The key picks the scheme
+(:func:`signer_for`): a raw/hex secret gives HMAC-SHA256 (``_hmac``: a MAC per file and one over the
+manifest); a PEM key gives Ed25519 (``_ed25519``: one signature over the list of sha256s; servers then
+hold only the public key and cannot forge a version). This module walks and hashes the directory; the
+:class:`~gpt_triton.promote._signer.Signer` authenticates the manifest.
 
 This module is imported by the python-backend runtime adapter inside Triton before it loads anything:
 it must stay cheap to import (standard library only; ``cryptography`` only when an Ed25519 key is used)
@@ -20,14 +22,22 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.promote._ed25519 import Ed25519Signer
+from gpt_triton.promote._hmac import HmacSigner
+from gpt_triton.promote._signer import Signer, key_id
 
 SIGNATURES_FILE = "signatures.json"
 FORMAT = "gpt-triton-signatures/1"
-ALGORITHM = "hmac-sha256"
-ED25519 = "ed25519"
+ALGORITHM = HmacSigner.algorithm
+ED25519 = Ed25519Signer.algorithm
 KEY_ENV = "GPT_TRITON_SIGNING_KEY"
 KEY_FILE_ENV = "GPT_TRITON_SIGNING_KEY_FILE"
 _CHUNK = 1 << 20
+
+__all__ = [
+    "ALGORITHM", "ED25519", "FORMAT", "KEY_ENV", "KEY_FILE_ENV", "SIGNATURES_FILE", "SIGNERS", "Signer",
+    "is_ed25519_key", "key_id", "load_signing_key", "sign_version_dir", "signer_for", "verify_version_dir",
+]
 
 
 def _decode_key(text: bytes, source: str) -> bytes:
@@ -64,21 +74,30 @@ def load_signing_key(key_file: str | None = None) -> bytes | None:
     return None
 
 
-def key_id(key: bytes) -> str:
-    """A short public fingerprint of the key, so a wrong key is told apart from a tampered manifest."""
-    return hashlib.sha256(b"gpt-triton-key-id\0" + key).hexdigest()[:16]
+def is_ed25519_key(key: bytes) -> bool:
+    """A PEM key selects Ed25519 (asymmetric: servers verify with the public key and cannot sign)."""
+    return key.lstrip().startswith(b"-----BEGIN")
 
 
-def _digest_file(path: Path, key: bytes | None) -> tuple[str, str]:
-    """(sha256, HMAC-SHA256 with ``key``; "" without a key) of a file, read once in chunks."""
+# The scheme of a document, by its "algorithm" (a plain table: two schemes, both listed here).
+SIGNERS: dict[str, type[Signer]] = {ALGORITHM: HmacSigner, ED25519: Ed25519Signer}
+
+
+def signer_for(key: bytes) -> Signer:
+    """The signer a key selects: Ed25519 for a PEM key (private to sign, public or private to verify),
+    HMAC-SHA256 for any other secret."""
+    return Ed25519Signer(key) if is_ed25519_key(key) else HmacSigner(key)
+
+
+def _digest_file(path: Path, mac: hmac.HMAC | None) -> tuple[str, str | None]:
+    """(sha256, hex of ``mac`` fed the same bytes, or None without one) of a file, read once in chunks."""
     sha = hashlib.sha256()
-    mac = hmac.new(key, digestmod=hashlib.sha256) if key is not None else None
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(_CHUNK), b""):
             sha.update(block)
             if mac is not None:
                 mac.update(block)
-    return sha.hexdigest(), mac.hexdigest() if mac is not None else ""
+    return sha.hexdigest(), mac.hexdigest() if mac is not None else None
 
 
 def _version_files(version_dir: Path) -> list[str]:
@@ -100,58 +119,6 @@ def _version_files(version_dir: Path) -> list[str]:
     return sorted(found)
 
 
-def _canonical(entries: list[dict[str, str]]) -> bytes:
-    return b"gpt-triton-manifest\0" + json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _manifest_mac(key: bytes, entries: list[dict[str, str]]) -> str:
-    return hmac.new(key, _canonical(entries), hashlib.sha256).hexdigest()
-
-
-def is_ed25519_key(key: bytes) -> bool:
-    """A PEM key selects Ed25519 (asymmetric: servers verify with the public key and cannot sign)."""
-    return key.lstrip().startswith(b"-----BEGIN")
-
-
-def _ed25519_private(key: bytes) -> Any:
-    # cryptography is imported only for Ed25519 keys, keeping this module's import standard-library only.
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    try:
-        private = serialization.load_pem_private_key(key, password=None)
-    except (ValueError, TypeError) as exc:
-        raise GptTritonError(
-            "the PEM signing key is not an unencrypted private key: to sign, create one with "
-            "`openssl genpkey -algorithm ed25519`"
-        ) from exc
-    if not isinstance(private, Ed25519PrivateKey):
-        raise GptTritonError("the PEM signing key is not an Ed25519 key: create one with `openssl genpkey -algorithm ed25519`")
-    return private
-
-
-def _ed25519_public(key: bytes) -> Any:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    if b"PRIVATE KEY" in key:
-        return _ed25519_private(key).public_key()
-    try:
-        public = serialization.load_pem_public_key(key)
-    except (ValueError, TypeError) as exc:
-        raise GptTritonError("the PEM verification key is not readable: use the Ed25519 public key (`openssl pkey -pubout`)") from exc
-    if not isinstance(public, Ed25519PublicKey):
-        raise GptTritonError("the PEM verification key is not an Ed25519 public key")
-    return public
-
-
-def _public_key_id(public: Any) -> str:
-    from cryptography.hazmat.primitives import serialization
-
-    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return key_id(raw)
-
-
 def sign_version_dir(version_dir: Path, key: bytes) -> None:
     """Write ``signatures.json`` covering every file in ``version_dir`` (written via a temp file).
 
@@ -161,21 +128,13 @@ def sign_version_dir(version_dir: Path, key: bytes) -> None:
     if not key:
         raise GptTritonError("empty signing key: set GPT_TRITON_SIGNING_KEY to a secret")
     version_dir = Path(version_dir)
-    ed25519 = is_ed25519_key(key)
-    private = _ed25519_private(key) if ed25519 else None
+    signer = signer_for(key)
+    signer.check_can_sign()  # a public key fails here, before any file is read
     entries = []
     for rel in _version_files(version_dir):
-        sha, mac = _digest_file(version_dir / rel, None if ed25519 else key)
-        entries.append({"path": rel, "sha256": sha} if ed25519 else {"path": rel, "sha256": sha, "mac": mac})
-    document: dict[str, Any] = {"format": FORMAT, "files": entries}
-    if private is not None:
-        document.update(
-            algorithm=ED25519,
-            key_id=_public_key_id(private.public_key()),
-            signature=private.sign(_canonical(entries)).hex(),
-        )
-    else:
-        document.update(algorithm=ALGORITHM, key_id=key_id(key), manifest_mac=_manifest_mac(key, entries))
+        sha, mac = _digest_file(version_dir / rel, signer.file_mac())
+        entries.append({"path": rel, "sha256": sha} if mac is None else {"path": rel, "sha256": sha, "mac": mac})
+    document: dict[str, Any] = {"format": FORMAT, "files": entries, **signer.sign(entries)}
     target = version_dir / SIGNATURES_FILE
     tmp = version_dir / f".{SIGNATURES_FILE}.tmp"
     with open(tmp, "w") as handle:
@@ -198,40 +157,16 @@ def _load_signatures(version_dir: Path) -> dict[str, Any]:
     return document
 
 
-def _wrong_key(version_dir: Path, recorded: Any, this: str) -> GptTritonError:
-    return GptTritonError(
-        f"{version_dir / SIGNATURES_FILE} was signed with a different key (key id {recorded}, this key {this}): "
-        "use the key the version was promoted with"
-    )
-
-
-def _check_manifest(version_dir: Path, document: dict[str, Any], key: bytes) -> bool:
-    """Authenticate the file list; returns True for an Ed25519 manifest, False for HMAC."""
-    entries: list[dict[str, str]] = document["files"]
-    algorithm = document.get("algorithm")
+def _check_manifest(version_dir: Path, document: dict[str, Any], signer: Signer) -> None:
+    """Authenticate the file list with ``signer``, after checking it is the document's scheme."""
     path = version_dir / SIGNATURES_FILE
-    if algorithm == ED25519:
-        if not is_ed25519_key(key):
-            raise GptTritonError(f"{path} is Ed25519-signed: verify with the Ed25519 public key (PEM), not a secret")
-        from cryptography.exceptions import InvalidSignature
-
-        public = _ed25519_public(key)
-        try:
-            public.verify(bytes.fromhex(str(document.get("signature", ""))), _canonical(entries))
-        except (InvalidSignature, ValueError):
-            if document.get("key_id") != _public_key_id(public):
-                raise _wrong_key(version_dir, document.get("key_id"), _public_key_id(public)) from None
-            raise GptTritonError(f"tampered file {path}: its Ed25519 signature does not match") from None
-        return True
-    if algorithm != ALGORITHM:
+    algorithm = document.get("algorithm")
+    scheme = SIGNERS.get(algorithm) if isinstance(algorithm, str) else None
+    if scheme is None:
         raise GptTritonError(f"tampered file {path}: unknown algorithm {algorithm!r}")
-    if is_ed25519_key(key):
-        raise GptTritonError(f"{path} is HMAC-signed: verify with the shared secret, not a PEM key")
-    if not hmac.compare_digest(_manifest_mac(key, entries), str(document.get("manifest_mac", ""))):
-        if document.get("key_id") != key_id(key):
-            raise _wrong_key(version_dir, document.get("key_id"), key_id(key))
-        raise GptTritonError(f"tampered file {path}: its manifest MAC does not match")
-    return False
+    if not isinstance(signer, scheme):
+        raise GptTritonError(f"{path} is {scheme.label}-signed: verify with {scheme.verify_with}")
+    signer.verify(document["files"], document, path)
 
 
 def verify_version_dir(version_dir: Path, key: bytes | None = None) -> None:
@@ -250,7 +185,8 @@ def verify_version_dir(version_dir: Path, key: bytes | None = None) -> None:
         raise GptTritonError(f"version directory {version_dir} does not exist")
     document = _load_signatures(version_dir)
     entries: list[dict[str, str]] = document["files"]
-    ed25519 = _check_manifest(version_dir, document, key)
+    signer = signer_for(key)
+    _check_manifest(version_dir, document, signer)
     signed: dict[str, dict[str, str]] = {}
     for entry in entries:
         rel = str(entry.get("path", ""))
@@ -269,9 +205,9 @@ def verify_version_dir(version_dir: Path, key: bytes | None = None) -> None:
             raise GptTritonError(f"unsigned file {version_dir / rel}: it was added after signing; {hint}")
         if rel not in present:
             raise GptTritonError(f"missing file {version_dir / rel}: it was signed but is gone; re-promote the version")
-        sha, mac = _digest_file(version_dir / rel, None if ed25519 else key)
+        sha, mac = _digest_file(version_dir / rel, signer.file_mac())
         entry = signed[rel]
-        # With Ed25519 the manifest signature authenticates each sha256; with HMAC each file has a MAC too.
-        mac_ok = ed25519 or hmac.compare_digest(mac, str(entry.get("mac", "")))
+        # The manifest check authenticated each recorded sha256; a scheme with per-file MACs checks those too.
+        mac_ok = mac is None or hmac.compare_digest(mac, str(entry.get("mac", "")))
         if not (mac_ok and hmac.compare_digest(sha, str(entry.get("sha256", "")))):
             raise GptTritonError(f"tampered file {version_dir / rel}: its bytes do not match the signature")

@@ -1,4 +1,9 @@
-"""Reports people look at: terminal summary, report.md, PNG plots, and ``gpt-triton report RUN_DIR``."""
+"""Reports people look at: terminal summary, report.md, PNG plots, and ``gpt-triton report RUN_DIR``.
+
+``view`` turns a RunReport into what is shown (rows, marks, per-family summary, verdict), deciding
+objective and eligibility through ``gpt_triton.core.objective``; ``terminal``, ``markdown`` and ``plots``
+render that view.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,14 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.records import RunReport
 from gpt_triton.report.markdown import render_markdown
 from gpt_triton.report.plots import plot_availability, render_plots
-from gpt_triton.report.table import per_family_summary, print_summary, summary_table, verdict_lines
+from gpt_triton.report.terminal import print_summary, summary_table
+from gpt_triton.report.verdict import break_even_inferences, verdict_lines
+from gpt_triton.report.view import FamilySummary, ReportView, build_view, per_family_summary
 
 __all__ = [
-    "load_report", "per_family_summary", "plot_availability", "print_summary", "render_markdown", "render_plots",
-    "render_report", "summary_table", "verdict_lines",
+    "FamilySummary", "ReportView", "break_even_inferences", "build_view", "load_report", "per_family_summary",
+    "plot_availability", "print_summary", "render_markdown", "render_plots", "render_report", "summary_table",
+    "verdict_lines",
 ]
 
 

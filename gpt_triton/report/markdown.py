@@ -1,4 +1,7 @@
-"""report.md: the same verdict and tables as the terminal, plus per-load detail, decisions and plots."""
+"""report.md: the same verdict and tables as the terminal, plus per-load detail, decisions and plots.
+
+A renderer over :mod:`gpt_triton.report.view`, like the terminal summary, so the two cannot disagree.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +9,9 @@ import os
 from pathlib import Path
 
 from gpt_triton.core.records import RunReport
-from gpt_triton.report.plots import PLOT_TITLES, plot_availability
-from gpt_triton.report.table import (
-    FAILED_STATUSES,
-    _knob_text,
-    accuracy_text,
-    common_knobs,
-    fmt_interval,
-    fmt_ms,
-    marks,
-    objective,
-    per_family_summary,
-    short_route,
-    union_text,
-    verdict_lines,
-)
+from gpt_triton.report.fmt import fmt_interval, fmt_ms, fmt_ratio, knob_text, truncate
+from gpt_triton.report.plots import PLOT_TITLES, availability
+from gpt_triton.report.view import MARKS, build_view
 
 
 def _cell(text: object) -> str:
@@ -42,7 +33,8 @@ def _link(path: Path, relative_to: Path | None) -> str:
 
 def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path | None = None) -> str:
     """The Markdown report. Plot links are made relative to ``relative_to`` (report.md's directory)."""
-    metric, load_index = objective(report)
+    view = build_view(report)
+    objective = view.objective
     out: list[str] = [f"# gpt-triton run {report.run_id}: {report.model.name}", ""]
     out.append(
         f"Model `{report.model.path}` (sha256 {report.model.sha256[:12]}, opset {report.model.opset}), shapes "
@@ -62,26 +54,25 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
         synthetic = " **synthetic inputs: accuracy says nothing about real traffic**" if ref.get("synthetic") else ""
         out += ["", "Reference data: " + ", ".join(f"{k}={v}" for k, v in ref.items()) + "." + synthetic]
     out += ["", "## Verdict", ""]
-    out += [f"- **{label}**: {_cell(text)}" for label, text in verdict_lines(report)]
+    out += [f"- **{label}**: {_cell(text)}" for label, text in view.verdict]
 
-    out += ["", "## Candidates", "", f"Objective: {metric} at load index {load_index}. "
-            "Marks: ★ winner, B baseline, s selected but not confirmed. Intervals are 95% bootstrap CIs.", ""]
-    common = common_knobs(report)
-    if any(common.values()):
+    marks = ", ".join(f"{symbol} {meaning}" for symbol, meaning in MARKS)
+    out += ["", "## Candidates", "", f"Objective: {objective.metric} at load index {objective.load_index} "
+            f"({objective.load_label}). Marks: {marks}. Intervals are {objective.confidence:.0%} bootstrap CIs.", ""]
+    if any(view.common.values()):
         out += ["Knobs every candidate of a route family shares (left out of the route column):", ""]
-        out += [f"- `{family}`: `{_cell(_knob_text(knobs)) or '-'}`" for family, knobs in sorted(common.items()) if knobs]
+        out += [f"- `{family}`: `{_cell(knob_text(knobs)) or '-'}`" for family, knobs in sorted(view.common.items()) if knobs]
         out += [""]
     rows: list[list[object]] = []
-    for c in report.candidates:
-        stats = c.latency[load_index] if load_index < len(c.latency) else (c.latency[0] if c.latency else None)
+    for row in view.rows:
+        c, stats = row.candidate, row.stats
         rows.append([
-            marks(report, c), c.id, c.family, f"`{short_route(c, 100, common)}`", c.status,
+            row.marks, c.id, c.family, f"`{truncate(row.route, 100)}`", c.status,
             c.deploy.backend if c.deploy else "-",
             f"{c.build.seconds:.1f}" + (" (cached)" if c.build.cached else ""),
             fmt_interval(stats.p50_ms if stats else None), fmt_interval(stats.p99_ms if stats else None),
-            fmt_ms(stats.throughput.value) if stats and stats.throughput else "-", accuracy_text(report, c),
-            fmt_ms(c.isolated.single_request_ms if c.isolated else None),
-            c.reason if c.status in FAILED_STATUSES and c.reason else "",
+            fmt_ms(stats.throughput.value) if stats and stats.throughput else "-", row.accuracy,
+            fmt_ms(c.isolated.single_request_ms if c.isolated else None), row.failure or "",
         ])
     if rows:
         out += _table(["", "id", "family", "route", "status", "backend", "build s", "p50 ms", "p99 ms", "thr/s",
@@ -89,16 +80,15 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
     else:
         out += ["No candidates were planned.", ""]
 
-    families = per_family_summary(report)
-    if families:
+    families = view.families
+    if families.union is not None:
         out += ["## Per family", ""]
         out += _table(
-            ["family", "candidates", "measured", "failed", "eligible", "best", metric, "vs baseline"],
-            [[r["family"], r["candidates"], r["measured"], r["failed"], r["eligible"], r["best_id"] or "-",
-              fmt_ms(r["best_value"]), f"{r['vs_baseline']:.2f}x" if r["vs_baseline"] else "-"]
-             for r in families if r["kind"] == "family"],
+            ["family", "candidates", "measured", "failed", "eligible", "best", objective.metric, "vs baseline"],
+            [[r.family, r.candidates, r.measured, r.failed, r.eligible, r.best_id or "-", fmt_ms(r.best_value),
+              fmt_ratio(r.vs_baseline)] for r in families.families],
         )
-        out += [union_text(families[-1]) + ".", ""]
+        out += [families.union.text() + ".", ""]
 
     out += _per_load(report)
 
@@ -109,7 +99,7 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
                         f"{o.margin:.3g}", f"{o.exceedances}/{o.requests}"] for o in report.heldout.outputs])
 
     out += ["## Plots", ""]
-    reasons = plot_availability(report)
+    reasons = availability(view)
     for name, title in PLOT_TITLES.items():
         if name in plots:
             out += [f"### {title}", "", f"![{title}]({_link(plots[name], relative_to)})", ""]

@@ -3,6 +3,8 @@
 Figures are built with the object API (``matplotlib.figure.Figure``), never pyplot: no global state, no
 GUI backend, safe to call from a server or a test. Each plot is skipped (with a reason) rather than
 drawn empty when the run lacks its data; :func:`plot_availability` tells the Markdown renderer why.
+Which load level is the objective's and which candidates the run's accuracy policy rejects come from
+the view model (:mod:`gpt_triton.report.view`), as in the table and report.md.
 """
 
 from __future__ import annotations
@@ -13,13 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpt_triton.core.measurements import Interval
+from gpt_triton.core.objective import metric_interval
 from gpt_triton.core.records import Candidate, RunReport
-from gpt_triton.report.table import (
-    FAILED_STATUSES,
-    load_stats,
-    metric_interval,
-    objective,
-)
+from gpt_triton.report.view import FAILED_STATUSES, ReportView, build_view, load_stats
 
 if TYPE_CHECKING:  # matplotlib costs seconds to import; print_summary and report.md do not need it
     from matplotlib.axes import Axes
@@ -38,16 +36,23 @@ WINNER, BASELINE, OTHER, BAD = "tab:green", "tab:blue", "tab:gray", "tab:red"
 DPI = 110
 
 
-def _measured(report: RunReport) -> list[Candidate]:
-    return [c for c in report.candidates if c.latency and c.status not in FAILED_STATUSES]
+def _measured(view: ReportView) -> list[Candidate]:
+    return [r.candidate for r in view.rows if r.candidate.latency and not r.failed]
 
 
-def _color(report: RunReport, candidate: Candidate) -> str:
+def _rejected(view: ReportView, candidate: Candidate) -> bool:
+    """Has an accuracy result the run's accuracy policy rejects (drawn red, with an x, off the Pareto set)."""
+    row = view.row(candidate.id)
+    return row is not None and row.accuracy_ok is False
+
+
+def _color(view: ReportView, candidate: Candidate) -> str:
+    report = view.report
     if candidate.id == report.winner_id:
         return WINNER
     if candidate.id == report.baseline_id:
         return BASELINE
-    if candidate.status in FAILED_STATUSES or (candidate.accuracy is not None and not candidate.accuracy.passed):
+    if candidate.status in FAILED_STATUSES or _rejected(view, candidate):
         return BAD
     return OTHER
 
@@ -110,8 +115,9 @@ def _metric_name(metric: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- plots
-def _latency_distribution(report: RunReport, fig: Figure) -> None:
-    candidates = _measured(report)
+def _latency_distribution(view: ReportView, fig: Figure) -> None:
+    report = view.report
+    candidates = _measured(view)
     n_loads = max(len(c.latency) for c in candidates)
     axes = fig.subplots(1, n_loads, sharey=True, squeeze=False)[0]
     labels = [_label(report, c) for c in candidates]
@@ -124,7 +130,7 @@ def _latency_distribution(report: RunReport, fig: Figure) -> None:
             # p99 boxes carry the objective's spread; p50 boxes (narrow, light) show the body of the distribution.
             box99 = ax.boxplot(p99, positions=positions, vert=False, widths=0.55, patch_artist=True)
             for patch, (_, c, _) in zip(box99["boxes"], rows, strict=True):
-                patch.set_facecolor(_color(report, c))
+                patch.set_facecolor(_color(view, c))
                 patch.set_alpha(0.55)
             box50 = ax.boxplot(p50, positions=positions, vert=False, widths=0.25, patch_artist=True)
             for patch in box50["boxes"]:
@@ -139,16 +145,17 @@ def _latency_distribution(report: RunReport, fig: Figure) -> None:
     fig.suptitle(PLOT_TITLES["latency_distribution"])
 
 
-def _latency_vs_throughput(report: RunReport, fig: Figure) -> None:
+def _latency_vs_throughput(view: ReportView, fig: Figure) -> None:
+    report = view.report
     ax = fig.subplots()
     # Winner and baseline keep their colours from the other plots; the rest cycle through colours that
     # mean nothing else here (and change line style once those run out).
     palette = ["tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
     styles = ["-", "--", ":", "-."]
     others = 0
-    for candidate in _measured(report):
+    for candidate in _measured(view):
         if candidate.id in (report.winner_id, report.baseline_id):
-            color, style = _color(report, candidate), "-"
+            color, style = _color(view, candidate), "-"
         else:
             color, style = palette[others % len(palette)], styles[(others // len(palette)) % len(styles)]
             others += 1
@@ -170,8 +177,8 @@ def _latency_vs_throughput(report: RunReport, fig: Figure) -> None:
             for x, y, stats in zip(xs, ys, [s for s in candidate.latency if s.throughput and s.p99_ms], strict=True):
                 ax.annotate(stats.load.label(), (x, y), textcoords="offset points", xytext=(6, -10), fontsize="x-small",
                             color=color)
-    _log_if_wide(ax, [s.p99_ms.value for c in _measured(report) for s in c.latency if s.p99_ms], "y")
-    loads = [s.load.label() for s in _measured(report)[0].latency]
+    _log_if_wide(ax, [s.p99_ms.value for c in _measured(view) for s in c.latency if s.p99_ms], "y")
+    loads = [s.load.label() for s in _measured(view)[0].latency]
     ax.set_xlabel("throughput (req/s)")
     ax.set_ylabel("p99 latency (ms), 95% CI")
     ax.set_title(f"{PLOT_TITLES['latency_vs_throughput']}\nloads: {', '.join(loads)}")
@@ -179,30 +186,30 @@ def _latency_vs_throughput(report: RunReport, fig: Figure) -> None:
     ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
-def _isolated_points(report: RunReport) -> list[tuple[Candidate, float, float]]:
-    _, load_index = objective(report)
+def _isolated_points(view: ReportView) -> list[tuple[Candidate, float, float]]:
     points = []
-    for c in _measured(report):
-        stats = load_stats(c, load_index)
+    for c in _measured(view):
+        stats = load_stats(c, view.objective.load_index)
         if c.isolated and c.isolated.single_request_ms is not None and stats and stats.p50_ms \
                 and math.isfinite(c.isolated.single_request_ms) and math.isfinite(stats.p50_ms.value):
             points.append((c, c.isolated.single_request_ms, stats.p50_ms.value))
     return points
 
 
-def _isolated_vs_served(report: RunReport, fig: Figure) -> None:
+def _isolated_vs_served(view: ReportView, fig: Figure) -> None:
+    report = view.report
     """Rank against rank: the question is whether in-process timing would have *ordered* the candidates
     as serving does (Spearman's rho is the correlation of exactly these ranks). Raw milliseconds differ
     by the RPC overhead anyway, and ranks spread a tight cluster of candidates so every id is legible."""
     from scipy.stats import rankdata, spearmanr
 
-    points = _isolated_points(report)
+    points = _isolated_points(view)
     iso_ms, served_ms = [p[1] for p in points], [p[2] for p in points]
     iso_rank, served_rank = rankdata(iso_ms), rankdata(served_ms)  # 1 = fastest; ties share a mean rank
     ax = fig.subplots()
     for (c, _, _), x, y in zip(points, iso_rank, served_rank, strict=True):
-        failed = c.accuracy is not None and not c.accuracy.passed
-        ax.scatter(x, y, color=_color(report, c), s=60, zorder=3, marker="x" if failed else "o")
+        failed = _rejected(view, c)
+        ax.scatter(x, y, color=_color(view, c), s=60, zorder=3, marker="x" if failed else "o")
     named = [(c, float(x), float(y)) for (c, _, _), x, y in zip(points, iso_rank, served_rank, strict=True)
              if len(points) <= 25 or _notable(report, c)]
     title = "Spearman rho undefined (all tied)"
@@ -227,10 +234,11 @@ def _interval_bar(ax: Axes, interval: Interval, y: float, color: str, marker: st
                 fmt=marker, color=color, alpha=alpha, capsize=4, label=label)
 
 
-def _remeasurement(report: RunReport, fig: Figure) -> None:
+def _remeasurement(view: ReportView, fig: Figure) -> None:
+    report = view.report
     gain = report.gain
     assert gain is not None
-    _, load_index = objective(report)
+    load_index = view.objective.load_index
     metric = gain.metric
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     # The gain is the *selected* candidate's; when its gain was not significant the baseline was kept and
@@ -277,11 +285,10 @@ def _remeasurement(report: RunReport, fig: Figure) -> None:
     fig.suptitle(PLOT_TITLES["remeasurement"])
 
 
-def _pareto_points(report: RunReport) -> list[tuple[Candidate, float, float]]:
-    _, load_index = objective(report)
+def _pareto_points(view: ReportView) -> list[tuple[Candidate, float, float]]:
     points = []
-    for c in _measured(report):
-        stats = load_stats(c, load_index)
+    for c in _measured(view):
+        stats = load_stats(c, view.objective.load_index)
         # A non-finite margin (e.g. a zero tolerance) has no place on an axis: leave the point out.
         if c.accuracy is not None and stats is not None and stats.p99_ms is not None \
                 and math.isfinite(c.accuracy.min_margin) and math.isfinite(stats.p99_ms.value):
@@ -301,16 +308,17 @@ def pareto_front(points: list[tuple[str, float, float]]) -> set[str]:
     return front
 
 
-def _accuracy_pareto(report: RunReport, fig: Figure) -> None:
-    points = _pareto_points(report)
-    # A candidate that failed its accuracy check is not a trade-off anyone can ship: keep it off the front.
-    front = pareto_front([(c.id, lat, m) for c, lat, m in points if c.accuracy is None or c.accuracy.passed])
+def _accuracy_pareto(view: ReportView, fig: Figure) -> None:
+    report = view.report
+    points = _pareto_points(view)
+    # A candidate the run's accuracy policy rejects is not a trade-off anyone can ship: keep it off the front.
+    front = pareto_front([(c.id, lat, m) for c, lat, m in points if not _rejected(view, c)])
     ax = fig.subplots()
     for c, lat, margin in points:
-        failed = c.accuracy is not None and not c.accuracy.passed
+        failed = _rejected(view, c)
         on_front = c.id in front
         ax.scatter(lat, margin, s=90 if on_front else 40, marker="x" if failed else "o", zorder=3,
-                   color=_color(report, c), edgecolors="black" if on_front and not failed else None)
+                   color=_color(view, c), edgecolors="black" if on_front and not failed else None)
     ordered = sorted((lat, m) for c, lat, m in points if c.id in front)
     extra = list(ax.plot([p[0] for p in ordered], [p[1] for p in ordered], drawstyle="steps-post", color="black",
                          alpha=0.5, label=f"Pareto set ({len(ordered)}, circled)"))
@@ -324,11 +332,12 @@ def _accuracy_pareto(report: RunReport, fig: Figure) -> None:
     _annotate(ax, [(c.id, lat, m) for c, lat, m in points if len(points) <= 12 or c.id in front or _notable(report, c)])
 
 
-def _build_cost(report: RunReport, fig: Figure) -> None:
+def _build_cost(view: ReportView, fig: Figure) -> None:
+    report = view.report
     candidates = report.candidates
     left, right = fig.subplots(1, 2, sharey=True)
     ys = list(range(len(candidates)))
-    colors = [BAD if c.status in FAILED_STATUSES else _color(report, c) for c in candidates]
+    colors = [BAD if c.status in FAILED_STATUSES else _color(view, c) for c in candidates]
     left.barh(ys, [c.build.seconds for c in candidates], color=colors,
               hatch=["//" if c.build.cached else "" for c in candidates])
     right.barh(ys, [c.build.peak_rss_bytes / 2**20 for c in candidates], color=colors)
@@ -349,20 +358,26 @@ def _build_cost(report: RunReport, fig: Figure) -> None:
 # --------------------------------------------------------------------------------------------- driver
 def plot_availability(report: RunReport) -> dict[str, str | None]:
     """Plot name -> None when it can be drawn, else the reason it is skipped."""
-    measured = _measured(report)
+    return availability(build_view(report))
+
+
+def availability(view: ReportView) -> dict[str, str | None]:
+    """:func:`plot_availability` of a view already built."""
+    report = view.report
+    measured = _measured(view)
     none_measured = "no candidate was measured"
-    iso = _isolated_points(report)
+    iso = _isolated_points(view)
     return {
         "latency_distribution": None if any(s.windows for c in measured for s in c.latency) else none_measured,
         "latency_vs_throughput": None if any(s.throughput and s.p99_ms for c in measured for s in c.latency) else none_measured,
         "isolated_vs_served": None if len(iso) >= 2 else f"{len(iso)} candidate(s) have isolated estimates; a ranking needs 2",
         "remeasurement": None if report.gain is not None else "no re-measured gain in this run",
-        "accuracy_pareto": None if _pareto_points(report) else "no measured candidate has an accuracy result",
+        "accuracy_pareto": None if _pareto_points(view) else "no measured candidate has an accuracy result",
         "build_cost": None if report.candidates else "the run has no candidates",
     }
 
 
-DRAW: dict[str, Callable[[RunReport, Figure], None]] = {
+DRAW: dict[str, Callable[[ReportView, Figure], None]] = {
     "latency_distribution": _latency_distribution,
     "latency_vs_throughput": _latency_vs_throughput,
     "isolated_vs_served": _isolated_vs_served,
@@ -372,10 +387,10 @@ DRAW: dict[str, Callable[[RunReport, Figure], None]] = {
 }
 
 
-def _figure_size(report: RunReport, name: str) -> tuple[float, float]:
-    rows = len(report.candidates)
+def _figure_size(view: ReportView, name: str) -> tuple[float, float]:
+    rows = len(view.rows)
     if name == "latency_distribution":
-        loads = max((len(c.latency) for c in _measured(report)), default=1)
+        loads = max((len(c.latency) for c in _measured(view)), default=1)
         return (4.5 + 4.0 * loads, 1.6 + 0.45 * rows)
     if name == "build_cost":
         return (11.0, 1.6 + 0.45 * rows)
@@ -394,13 +409,14 @@ def render_plots(report: RunReport, out_dir: Path, names: Iterable[str] | None =
         raise ValueError(f"unknown plot(s) {sorted(unknown)}; known: {sorted(PLOT_TITLES)}")
     from matplotlib.figure import Figure
 
+    view = build_view(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    for name, reason in plot_availability(report).items():
+    for name, reason in availability(view).items():
         if reason is not None or name not in wanted:
             continue
-        fig = Figure(figsize=_figure_size(report, name), dpi=DPI, layout="constrained")
-        DRAW[name](report, fig)
+        fig = Figure(figsize=_figure_size(view, name), dpi=DPI, layout="constrained")
+        DRAW[name](view, fig)
         path = out_dir / f"{name}.png"
         tmp = path.with_suffix(".png.tmp")
         fig.savefig(tmp, format="png")

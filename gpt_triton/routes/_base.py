@@ -3,14 +3,20 @@
 A *knob* is one option of a compiler family; a *route* is one value per knob; the *default route* keeps
 every knob at its default. Families are small classes (like optuna's samplers), one private module each,
 re-exported from :mod:`gpt_triton.routes`, all checked by the shared conformance suite in
-``tests/routes/conformance.py``.
+:mod:`gpt_triton.testing.conformance.families`.
+
+Three methods are abstract (``availability``, ``knobs``, ``build``). Three hooks are optional and have
+defaults that are always safe, so callers read them directly and never probe with ``getattr``:
+``file_knobs`` (the build), ``conditional`` (the search) and ``runtime_options`` (the build).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
 
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.routes import Artifact, BuildContext, Knob, Route, Runtime
@@ -25,6 +31,20 @@ class RouteFamily(ABC):
     kind: Literal["compiler", "graph", "serving"] = "compiler"
     runtime: Runtime = "onnxruntime"
 
+    file_knobs: ClassVar[tuple[str, ...] | None] = None
+    """Knobs whose values change the built files; the others only change ``runtime_options``.
+
+    Read by :mod:`gpt_triton.build`: routes that agree on these knobs share one build. ``None`` (the
+    default) means every knob may change the files, so no two distinct routes share a build; ``()``
+    means no knob does (the serving family writes nothing)."""
+
+    conditional: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = MappingProxyType({})  # shared: read-only
+    """knob -> (parent knob, parent values under which the knob applies), e.g. the fp16 block list only
+    under ``precision=fp16``.
+
+    Read by :mod:`gpt_triton.search`: a knob whose parent has another value is reset to its default, so
+    no two planned routes differ only in a knob that cannot matter. Default: every knob always applies."""
+
     @abstractmethod
     def availability(self) -> tuple[bool, str]:
         """(available on this machine, why not). Must not raise."""
@@ -36,6 +56,14 @@ class RouteFamily(ABC):
     @abstractmethod
     def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
         """Build ``route`` into files under ``out_dir``. Runs in a child process; may crash."""
+
+    def runtime_options(self, route: Route, model: ModelInfo) -> dict[str, Any] | None:
+        """The options a runtime applies when it opens this route's files, known without building.
+
+        Read by :mod:`gpt_triton.build`: a route that shares another route's files (see ``file_knobs``)
+        gets its own options from here. ``None`` (the default): the family cannot say before building,
+        so the built artifact's own ``runtime_options`` are used."""
+        return None
 
     def default_route(self, model: ModelInfo) -> Route:
         return Route(family=self.name, knobs={k.name: k.default for k in self.knobs(model)})

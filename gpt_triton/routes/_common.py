@@ -1,10 +1,7 @@
 """Helpers shared by the route families: file digests, atomic copies, artifact assembly, calibration data.
 
-Families may also declare (outside the shared base, which stays small) which knobs change the built
-files (``file_knobs``), how a route turns into runtime options (``runtime_options``), and which knobs only
-apply when another knob has given values (``conditional``). The search uses ``conditional`` so it never
-plans two routes that differ only in a knob that cannot matter; the build uses ``file_knobs`` so routes
-that differ only in runtime options share one set of files.
+The optional family hooks (``file_knobs``, ``conditional``, ``runtime_options``) are declared, with
+their defaults, on :class:`~gpt_triton.routes._base.RouteFamily`.
 """
 
 from __future__ import annotations
@@ -60,21 +57,10 @@ def full_knobs(family: RouteFamily, route: Route, model: Any) -> dict[str, Any]:
     return knobs
 
 
-def file_knobs(family: RouteFamily) -> tuple[str, ...] | None:
-    """Knobs that change the built files; None: unknown, so every knob does."""
-    value = getattr(family, "file_knobs", None)
-    return tuple(value) if value is not None else None
-
-
-def conditional(family: RouteFamily) -> Mapping[str, tuple[str, tuple[Any, ...]]]:
-    """knob -> (parent knob, parent values under which the knob applies)."""
-    return getattr(family, "conditional", {}) or {}
-
-
 def canonical(family: RouteFamily, knobs: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Reset knobs that do not apply (given their parent's value) to ``defaults``."""
     out = dict(knobs)
-    for name, (parent, when) in conditional(family).items():
+    for name, (parent, when) in family.conditional.items():
         if name in out and parent in out and out[parent] not in when:
             out[name] = defaults[name]
     return out

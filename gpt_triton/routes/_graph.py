@@ -29,7 +29,6 @@ class GraphFamily(RouteFamily):
     kind = "graph"
     runtime = "onnxruntime"
     file_knobs = ("simplify", "constant_folding", "shape_inference")
-    conditional: dict[str, tuple[str, tuple[Any, ...]]] = {}
 
     def availability(self) -> tuple[bool, str]:
         if importlib.util.find_spec("onnx") is None:

@@ -30,7 +30,6 @@ class OpenVinoFamily(RouteFamily):
     runtime = "openvino"
     # Precision, hint and streams are compile-time properties: routes differing only in them share files.
     file_knobs = ("static_shape", "quantization")
-    conditional: dict[str, tuple[str, tuple[Any, ...]]] = {}
 
     def __init__(self) -> None:
         self._caps: list[str] | None = None

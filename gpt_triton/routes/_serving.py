@@ -20,7 +20,7 @@ class ServingFamily(RouteFamily):
     name = "serving"
     kind = "serving"
     runtime = "onnxruntime"
-    file_knobs: tuple[str, ...] = ()
+    file_knobs = ()  # a serving route writes no files
     conditional = {
         "max_queue_delay_us": ("dynamic_batching", (True,)),
         "preferred_batch_sizes": ("dynamic_batching", (True,)),

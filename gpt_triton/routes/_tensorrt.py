@@ -52,7 +52,6 @@ class TensorRtFamily(RouteFamily):
     name = "tensorrt"
     kind = "compiler"
     runtime = "tensorrt"
-    conditional: dict[str, tuple[str, tuple[Any, ...]]] = {}
 
     def __init__(self) -> None:
         self._tuner: list[Knob] | None = None

@@ -11,8 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpt_triton.core.model_info import inspect_model
-from gpt_triton.core.spec import load_spec
+from gpt_triton.core.model_info import ModelInfo, inspect_model
+from gpt_triton.core.spec import TuneSpec, load_spec
+from gpt_triton.routes import FAMILIES
+from gpt_triton.search import CandidateSearch
 
 
 def register(subparsers: Any) -> None:
@@ -31,14 +33,31 @@ def _value(value: Any) -> str:
     return escape(value if isinstance(value, str) else json.dumps(value))  # "[4, 8]" is not rich markup
 
 
-def run(args: argparse.Namespace) -> int:
-    from gpt_triton.routes import family_table
-    from gpt_triton.search import CandidateSearch
+def family_table(model: ModelInfo, spec: TuneSpec, counts: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per family: kind, availability, knobs, and routes per search mode (from ``plan_counts``)."""
+    rows: list[dict[str, Any]] = []
+    for name, family in FAMILIES.items():
+        available, why = family.availability()
+        family_spec = spec.families.get(name)
+        rows.append({
+            "name": name,
+            "kind": family.kind,
+            "runtime": family.runtime,
+            "available": available,
+            "reason": why,
+            "enabled": family_spec.enabled if family_spec else True,
+            "knobs": [k.model_dump() for k in family.knobs(model)],
+            "counts": counts["families"].get(name, {}),
+        })
+    return rows
 
+
+def run(args: argparse.Namespace) -> int:
     model = inspect_model(args.model)
     spec = load_spec(args.spec)
-    rows = family_table(model, spec)
+    # Counted once: the family rows and the per-mode table must show the same plan.
     counts = CandidateSearch(spec, model).plan_counts()
+    rows = family_table(model, spec, counts)
     if args.json:
         print(json.dumps({"families": rows, "search": counts}, indent=2))
         return 0

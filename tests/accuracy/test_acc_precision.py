@@ -67,4 +67,12 @@ def test_task_level_tolerance_keeps_bf16(runs, tolerance):
     assert kept.passed and kept.exceedances == 0, kept.reason
     assert kept.exceedance_upper_bound == pytest.approx(1 - 0.05 ** (1 / len(ref)))
     assert kept.min_margin > 0
-    assert eligible(kept, spec) == (True, eligible(kept, spec)[1])
+    ok, why = eligible(kept, spec)
+    assert ok, why
+    assert why == (f"0/{len(ref)} exceedances, bound {kept.exceedance_upper_bound:.3g}, "
+                   f"min margin {kept.min_margin:.3g}")
+    # The same result under a bound tighter than zero exceedances in len(ref) requests can show: not
+    # eligible, and the reason says more reference requests would tighten it.
+    strict = spec.model_copy(update={"max_exceedance_bound": kept.exceedance_upper_bound / 2})
+    ok, why = eligible(kept, strict)
+    assert not ok and f"exceedance bound {kept.exceedance_upper_bound:.3g}" in why and "add reference requests" in why

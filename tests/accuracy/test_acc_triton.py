@@ -15,10 +15,12 @@ from gpt_triton.accuracy import (
     infer_requests,
     load_reference,
     synthesize_reference,
-    validate_through_triton,
 )
+from gpt_triton.accuracy.served import accept, screen, served_reference
 from gpt_triton.cli import main
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.records import Candidate, DeployInfo
+from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import AccuracySpec, ToleranceSpec
 
 pytestmark = pytest.mark.slow
@@ -90,20 +92,46 @@ def test_infer_requests_matches_in_process(served, mlp_reference):
         np.testing.assert_allclose(got["y"], want["y"], atol=1e-5)
 
 
-def test_validate_through_triton(served, mlp_reference):
+def _deployed(cid: str, model_name: str) -> Candidate:
+    return Candidate(id=cid, family="onnxruntime", route=Route(family="onnxruntime"), serving=Route(family="serving"),
+                     status="deployed", deploy=DeployInfo(model_name=model_name, backend="python", adapter=True))
+
+
+def test_screening_through_triton(served, mlp_reference):
     _, _, ref = mlp_reference
     tight = AccuracySpec(default=ToleranceSpec(max_abs=1e-5))
-    ok = validate_through_triton(served.grpc_url, "mlp", ref, tight, "heldout")
-    assert ok.passed and ok.split == "heldout" and ok.requests == 12 and ok.exceedances == 0
-    # A reference the served model disagrees with on two requests: exactly those two fail.
+    good, missing = _deployed("good", "mlp"), _deployed("missing", "nope")
+    ok, gone = screen(served.grpc_url, [good, missing], ref, tight, ["y"])
+    assert ok.status == "deployed" and ok.accuracy is not None and ok.reason is None
+    assert ok.accuracy.passed and ok.accuracy.split == "tuning" and ok.accuracy.requests == 12
+    assert ok.accuracy.exceedances == 0
+    # An engine that errors at inference is a failed route, with the server's reason.
+    assert gone.status == "failed" and "nope" in (gone.reason or "") and gone.accuracy is None
+    # A reference the served model disagrees with on two requests: exactly those two fail, so it is infeasible.
     outputs = [dict(o) for o in ref.outputs or []]
     for i in (2, 7):
         outputs[i] = {"y": outputs[i]["y"] + np.float32(0.01)}
     shifted = ReferenceSet(inputs=ref.inputs, outputs=outputs, source="shifted")
-    bad = validate_through_triton(served.grpc_url, "mlp", shifted, tight, "tuning")
-    assert not bad.passed and bad.exceedances == 2 and "request 2" in (bad.reason or "")
-    missing = validate_through_triton(served.grpc_url, "nope", ref, tight, "tuning")
-    assert not missing.passed and "nope" in (missing.reason or "") and missing.exceedance_upper_bound == 1.0
+    (bad,) = screen(served.grpc_url, [good], shifted, tight, ["y"])
+    assert bad.status == "infeasible" and bad.accuracy is not None and bad.accuracy.exceedances == 2
+    assert "request 2" in (bad.accuracy.reason or "")
+
+
+def test_heldout_acceptance_judges_in_order_against_the_served_baseline(served, mlp_reference):
+    _, _, ref = mlp_reference
+    tight = AccuracySpec(default=ToleranceSpec(max_abs=1e-5))
+    base = served_reference(served.grpc_url, _deployed("base", "mlp"), ReferenceSet(inputs=ref.inputs), ["y"])
+    assert base.outputs is not None
+    off = [{"y": o["y"] + np.float32(0.01)} if i == 3 else o for i, o in enumerate(base.outputs)]
+    # No recorded outputs: the baseline's served outputs are the reference; the chosen one fails on one request.
+    verdicts = accept(ReferenceSet(inputs=ref.inputs), {"chosen": off, "base": base.outputs}, ["chosen", "base"],
+                      "base", tight)
+    assert [(v.candidate_id, v.passed) for v in verdicts] == [("chosen", False), ("base", True)]
+    assert verdicts[0].accuracy.split == "heldout" and verdicts[0].accuracy.exceedances == 1
+    # A chosen candidate that passes is the only one judged.
+    (only,) = accept(ReferenceSet(inputs=ref.inputs), {"chosen": base.outputs, "base": base.outputs},
+                     ["chosen", "base"], "base", tight)
+    assert only.candidate_id == "chosen" and only.passed
 
 
 def test_capture_writes_reference(served, mlp_reference, tmp_path, capsys):

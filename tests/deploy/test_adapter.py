@@ -9,14 +9,18 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-# tests/server and tests/deploy are packages under tests/, which pytest puts on sys.path.
-from server.conformance import ORT_OPTIONS, OV_F32_OPTIONS, artifact_for, reference, unique
-
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.routes import Route
 from gpt_triton.deploy import config_text, parse_config, write_model, write_version_files
 from gpt_triton.promote.signing import KEY_ENV, sign_version_dir
 from gpt_triton.server import EmbeddedTriton, ModelLoadError
+from gpt_triton.testing.conformance.servers import (
+    ORT_OPTIONS,
+    OV_F32_OPTIONS,
+    artifact_for,
+    reference,
+    unique,
+)
 
 KEY = bytes(range(32))
 
@@ -108,3 +112,17 @@ def test_openvino_adapter_merges_batched_requests(
         assert any(int(b["batch_size"]) > 2 for b in stats["batch_stats"])  # at least one merged execution
     finally:
         triton_server.unload(name)
+
+
+@pytest.mark.slow
+def test_bad_runtime_option_is_the_load_error_and_names_it(
+    triton_server: EmbeddedTriton, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    # The adapter opens the artifact through the shipped runtime layer: its option check is the load error.
+    info = inspect_model(tiny_model_path)
+    name = unique("badopt")
+    artifact = artifact_for(tiny_model_path, "onnxruntime", {"session_options": {"intra_op_threads": 1}})
+    write_model(tmp_path, name, info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python")
+    with pytest.raises(ModelLoadError, match=r"session_options\.intra_op_threads"):
+        triton_server.load(tmp_path / name)
+    assert triton_server.client().is_server_live()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from gpt_triton import runtimes
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo, TensorInfo, inspect_model, resolve_shapes
 from gpt_triton.core.routes import Artifact, Route, Runtime
@@ -153,6 +155,14 @@ def test_python_adapter_where_native_cannot_be_faithful(artifact: Artifact, why:
     assert choose_backend(artifact, natives) == "python", why
 
 
+def test_a_native_backend_that_cannot_express_the_options_is_refused(conv_info: ModelInfo) -> None:
+    spinning_off = _artifact("onnxruntime", {"config_entries": {"session.intra_op.allow_spinning": "0"}})
+    with pytest.raises(GptTritonError, match="onnxruntime backend cannot serve"):
+        _render(conv_info, spinning_off, "onnxruntime")
+    with pytest.raises(GptTritonError, match="openvino backend cannot serve"):
+        _render(conv_info, _artifact("onnxruntime"), "openvino")
+
+
 def test_spinning_at_its_default_stays_native() -> None:
     artifact = _artifact("onnxruntime", {"config_entries": {"session.intra_op.allow_spinning": "1"}})
     assert choose_backend(artifact, ALL_NATIVE) == "onnxruntime"
@@ -166,7 +176,17 @@ def test_write_model_python(tmp_path: Path, conv_attention_path: Path) -> None:
     assert deploy.model_name == "cand" and deploy.adapter and deploy.backend == "python"
     assert (tmp_path / "cand" / "config.pbtxt").read_text() == deploy.config_pbtxt
     version = tmp_path / "cand" / "1"
-    assert sorted(p.name for p in version.iterdir()) == sorted(["__pycache__", "model.onnx", "model.py", RUNTIME_FILE])
+    assert sorted(p.name for p in version.iterdir()) == sorted(
+        ["__pycache__", "gpt_triton_runtimes", "model.onnx", "model.py", RUNTIME_FILE])
+    # The runtime modules the adapter imports ship with hash-checked bytecode, like model.py, so the
+    # stub writes nothing into the (possibly signed) version directory.
+    shipped = version / "gpt_triton_runtimes"
+    modules = sorted(p.name for p in Path(runtimes.__file__).parent.glob("*.py"))
+    assert sorted(p.name for p in shipped.glob("*.py")) == modules and "__init__.py" in modules
+    for source in [version / "model.py", *shipped.glob("*.py")]:
+        pyc = Path(importlib.util.cache_from_source(str(source)))
+        assert pyc.is_file(), pyc
+        assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b11, f"{pyc} is not a checked-hash pyc"
     assert (version / "model.onnx").read_bytes() == conv_attention_path.read_bytes()
     import json
 

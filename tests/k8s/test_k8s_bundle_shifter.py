@@ -16,6 +16,7 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.k8s import bundle
 from gpt_triton.k8s.client import KubeClient, load_api_client
 from gpt_triton.k8s.shifter import DeploymentReplicaShifter, split_replicas
+from gpt_triton.testing.conformance.shifters import TrafficShifterConformance
 
 from .fake_apiserver import FakeKubernetesApiServer
 
@@ -191,14 +192,32 @@ def test_shifter_patches_deployments_up_before_down(fake_api: FakeKubernetesApiS
     assert all(ctype == "application/strategic-merge-patch+json" for _, _, ctype in fake_api.patches)
 
 
-def test_shifter_satisfies_the_canary_protocol_shape() -> None:
-    """Structural: the canary engine only needs set_weight(float) -> None."""
-    assert callable(DeploymentReplicaShifter.set_weight)
-    try:
-        from gpt_triton.canary.router import TrafficShifter  # type: ignore[attr-defined]
-    except ImportError:
-        pytest.skip("gpt_triton.canary.router is not there yet; the shifter does not depend on it")
-    assert hasattr(TrafficShifter, "set_weight")
+class TestDeploymentReplicaShifterConformance(TrafficShifterConformance):
+    """The shared shifter contract against the fake API server: the observed share is the canary's
+    share of *ready* replicas, read back from the cluster after set_weight returned."""
+
+    resolution = 0.25  # 4 replicas: steps of 1/4, and any positive weight gets a pod (0.1 -> 0.25)
+    observed_tolerance = 0.0  # replicas are counted, not sampled
+
+    @pytest.fixture(autouse=True)
+    def _cluster(self, fake_api: FakeKubernetesApiServer) -> None:
+        for name, replicas in (("triton-stable", 4), ("triton-canary", 0)):
+            deployment = _deployment(name, replicas)
+            deployment["status"] = {"replicas": replicas, "readyReplicas": replicas}
+            fake_api.put("deployments", deployment)
+        self.fake_api = fake_api
+
+    def make(self) -> DeploymentReplicaShifter:
+        return DeploymentReplicaShifter(KubeClient(load_api_client(self.fake_api.url), NS), "triton-stable",
+                                        "triton-canary", wait_s=5.0, poll_s=0.01)
+
+    def observed_share(self) -> float:
+        ready = {}
+        for name in ("triton-stable", "triton-canary"):
+            deployment = self.fake_api.get("deployments", NS, name)
+            assert deployment is not None
+            ready[name] = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+        return ready["triton-canary"] / (ready["triton-stable"] + ready["triton-canary"])
 
 
 def test_shifter_waits_until_the_split_is_in_effect(fake_api: FakeKubernetesApiServer) -> None:

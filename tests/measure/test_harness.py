@@ -6,10 +6,11 @@ import pytest
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile
+from gpt_triton.core.outcomes import apply_outcomes
 from gpt_triton.core.records import Candidate, DeployInfo
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.measure.harness import Measurer, dedupe_key
+from gpt_triton.measure.harness import Measurer, MeasureRun, dedupe_key
 from gpt_triton.measure.racing import drift_fit
 from gpt_triton.select import gain, select
 from gpt_triton.server import EmbeddedTriton
@@ -31,6 +32,14 @@ def spec(**kw: object) -> MeasureSpec:
     return MeasureSpec.model_validate(base)
 
 
+def measured(m: Measurer, cands: list[Candidate]) -> MeasureRun:
+    """Measure, then apply the outcomes as the pipeline does (the measurer never changes a candidate)."""
+    run = m.measure(cands)
+    assert all(c.status == "deployed" for c in cands)  # read, never changed
+    apply_outcomes(cands, run.outcomes)
+    return run
+
+
 @pytest.mark.slow
 def test_racing_drops_the_slow_candidate_after_one_full_window(delay_models: EmbeddedTriton, requests_x: list) -> None:
     fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow30")
@@ -38,7 +47,8 @@ def test_racing_drops_the_slow_candidate_after_one_full_window(delay_models: Emb
     loads = [LoadProfile(concurrency=1), LoadProfile(kind="rate", rate=40)]
     m = Measurer(delay_models.grpc_url, requests_x, spec(loads=loads, max_windows=4), ObjectiveSpec(metric="p50"),
                  progress=messages.append)
-    log = m.measure([fast, slow])
+    run = measured(m, [fast, slow])
+    log = run.log
     assert fast.status == slow.status == "measured"
     assert slow.reason is not None and "dropped by racing" in slow.reason
     assert fast.reason is None
@@ -48,7 +58,7 @@ def test_racing_drops_the_slow_candidate_after_one_full_window(delay_models: Emb
     assert any("fast separated from every other candidate" in line for line in log)
     assert [cid for cid, _ in m.window_order[:2]] == ["fast", "slow"]
     # Racing's view of the objective load: one entry per window, in the order run.
-    raced = m.race_windows[loads[0].label()]
+    raced = run.race_windows[loads[0].label()]
     assert [w.candidate for w in raced] == [cid for cid, label in m.window_order if label == loads[0].label()]
     assert fast.latency[0].p50_ms is not None and slow.latency[0].p50_ms is not None
     assert slow.latency[0].p50_ms.low > 25 > fast.latency[0].p50_ms.high
@@ -59,7 +69,7 @@ def test_racing_drops_the_slow_candidate_after_one_full_window(delay_models: Emb
     assert "slow" not in {cid for cid, label in m.window_order if label == loads[1].label()}
     chosen = select([fast, slow], ObjectiveSpec(metric="p50"), lambda c: (True, ""))
     assert chosen.winner_id == "fast" and chosen.ties == []
-    assert m.contrasts is None  # one window each: no residual to fit a drift model on; intervals decide
+    assert run.contrasts is None  # one window each: no residual to fit a drift model on; intervals decide
 
 
 @pytest.mark.slow
@@ -67,21 +77,21 @@ def test_without_racing_every_candidate_gets_its_windows(delay_models: EmbeddedT
     fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow20")
     m = Measurer(delay_models.grpc_url, requests_x, spec(racing=False, max_windows=3), ObjectiveSpec(metric="p99"),
                  metrics_url=delay_models.metrics_url)
-    m.measure([fast, slow])
+    run = measured(m, [fast, slow])
     assert slow.reason is None and len(slow.latency[0].windows) == 3 and len(fast.latency[0].windows) == 3
     server = slow.latency[0].server
     assert server is not None and server.compute_infer_ms > 19  # the model's 20 ms sleep, seen server-side
     assert server.success_count == sum(w.requests for w in slow.latency[0].windows)
     assert slow.latency[0].windows[0].server is not None and slow.latency[0].windows[0].server.metrics_delta
-    assert m.machine_sharing["cores"] >= 1 and "note" in m.machine_sharing
+    assert run.machine_sharing["cores"] >= 1 and "note" in run.machine_sharing
     # The drift model of the objective load's run, for selection's paired tie test.
-    assert m.contrasts is not None and m.contrasts.covers("fast", "slow")
-    diff, se = m.contrasts.contrast("slow", "fast")
+    assert run.contrasts is not None and run.contrasts.covers("fast", "slow")
+    diff, se = run.contrasts.contrast("slow", "fast")
     assert diff > 1.0 and se > 0
     # 2 candidates x 3 windows leave the drift model 1 degree of freedom: too few to judge a tie on, so
     # selection falls back to the intervals, which separate a 20 ms sleep from none.
-    assert m.contrasts.df == 1
-    chosen = select([fast, slow], ObjectiveSpec(metric="p99"), lambda c: (True, ""), [m.contrasts])
+    assert run.contrasts.df == 1
+    chosen = select([fast, slow], ObjectiveSpec(metric="p99"), lambda c: (True, ""), [run.contrasts])
     assert chosen.winner_id == "fast" and chosen.ties == []
 
 
@@ -92,14 +102,15 @@ def test_duplicates_are_measured_once_and_missing_models_fail(delay_models: Embe
     missing = cand("missing", "no_such_model")
     assert dedupe_key(a) == dedupe_key(b) != dedupe_key(cand("c", "measure_fast", sha="same", threads=2))
     m = Measurer(delay_models.grpc_url, requests_x, spec(racing=False, max_windows=3), ObjectiveSpec())
-    log = m.measure([a, b, missing])
+    run = measured(m, [a, b, missing])
+    log = run.log
     assert {cid for cid, _ in m.window_order} == {"a"}
     assert any("b: same artifact" in line and "measured once" in line for line in log)
     assert b.status == "measured" and b.latency[0].p99_ms == a.latency[0].p99_ms
     assert b.latency[0] is not a.latency[0]  # copied, not shared
     assert missing.status == "failed" and missing.reason and "no_such_model" in missing.reason
     # One candidate measured: no contrast to fit, so selection falls back to its intervals.
-    assert m.contrasts is None
+    assert run.contrasts is None
 
 
 @pytest.mark.slow
@@ -121,7 +132,7 @@ def test_throughput_objective_with_an_slo(delay_models: EmbeddedTriton, requests
     fast, slow = cand("fast", "measure_fast"), cand("slow", "measure_slow20")
     objective = ObjectiveSpec(metric="throughput", slo_p99_ms=10.0)
     m = Measurer(delay_models.grpc_url, requests_x, spec(max_windows=4), objective)
-    m.measure([fast, slow])
+    measured(m, [fast, slow])
     assert slow.reason is not None and "SLO" in slow.reason  # p99 ~20 ms can never meet 10 ms
     chosen = select([fast, slow], objective, lambda c: (True, ""))
     assert chosen.winner_id == "fast" and chosen.values["fast"] < 0

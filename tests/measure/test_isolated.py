@@ -44,6 +44,16 @@ def test_openvino_estimate(conv_attention_path: Path) -> None:
     assert est.single_request_ms is not None and est.single_request_ms > 0 and est.profiler_op_sum_ms is None
 
 
+def test_unavailable_runtime_gives_empty_stats(tmp_path: Path) -> None:
+    from gpt_triton.runtimes import TensorRt
+
+    if TensorRt().availability()[0]:
+        pytest.skip("TensorRT and a GPU are present here")
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"not an engine")
+    assert isolated_estimate(artifact(plan, "tensorrt", {}), requests(), repeats=2) == IsolatedStats()
+
+
 def test_rank_correlation() -> None:
     def cand(cid: str, iso: float, served: float) -> Candidate:
         return Candidate(id=cid, family="f", route=Route(family="f"), serving=Route(family="s"),

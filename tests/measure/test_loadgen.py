@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import LoadProfile
-from gpt_triton.measure.loadgen import _Raw, _summarise, load_replay, pinned, run_window, schedule
+from gpt_triton.core.measurements import LoadProfile, ServerBreakdown
+from gpt_triton.measure.arrivals import Constant
+from gpt_triton.measure.driver import summarise
+from gpt_triton.measure.loadgen import load_replay, pinned, run_window, schedule
+from gpt_triton.measure.sender import Raw
 from gpt_triton.server import EmbeddedTriton
 
 
@@ -119,8 +122,8 @@ def test_errors_are_counted_not_raised(delay_models: EmbeddedTriton) -> None:
     assert w.first_error
 
 
-def _raw(lags_ms: np.ndarray, offsets: np.ndarray) -> _Raw:
-    raw = _Raw(start=100.0)
+def _raw(lags_ms: np.ndarray, offsets: np.ndarray) -> Raw:
+    raw = Raw(start=100.0)
     raw.send_lags_ms = list(lags_ms)
     raw.latencies_ms = list(lags_ms + 1.0)
     raw.sent = len(offsets)
@@ -132,16 +135,16 @@ def _raw(lags_ms: np.ndarray, offsets: np.ndarray) -> _Raw:
 def test_rate_held_flags_a_generator_that_falls_behind() -> None:
     load = LoadProfile(kind="rate", rate=1000, arrivals="constant")
     offsets = schedule(load, 1.0)
-    snap: dict = {"before": {}, "after": {}}
-    on_time = _summarise(load, [_raw(np.full(1000, 0.5), offsets)], offsets, 1.0, snap)
+    process, server = Constant(1000), ServerBreakdown()
+    on_time = summarise(process, [_raw(np.full(1000, 0.5), offsets)], offsets, 1.0, server)
     assert on_time.result.rate_held is True and on_time.result.rate_achieved == pytest.approx(1000, rel=0.01)
     # Sends drift later and later (0 -> 15 ms): p99 lag stays under 20 ms, but the lag grows.
-    drifting = _summarise(load, [_raw(np.linspace(0, 15, 1000), offsets)], offsets, 1.0, snap)
+    drifting = summarise(process, [_raw(np.linspace(0, 15, 1000), offsets)], offsets, 1.0, server)
     assert drifting.result.rate_held is False
     # Late by 200 ms at the end: the schedule's span is overrun, achieved < 98% of the target.
-    late = _summarise(load, [_raw(np.linspace(0, 200, 1000), offsets)], offsets, 1.0, snap)
+    late = summarise(process, [_raw(np.linspace(0, 200, 1000), offsets)], offsets, 1.0, server)
     assert late.result.rate_held is False and late.result.rate_achieved is not None
     assert late.result.rate_achieved < 0.98 * 1000
     spiky = np.full(1000, 0.5)
     spiky[::50] = 60.0  # 2% of sends 60 ms late: jitter, not falling behind, but p99 > 20 ms
-    assert _summarise(load, [_raw(spiky, offsets)], offsets, 1.0, snap).result.rate_held is False
+    assert summarise(process, [_raw(spiky, offsets)], offsets, 1.0, server).result.rate_held is False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpt_triton.accuracy.bounds import clopper_pearson_upper
 from gpt_triton.measure.racing import RaceWindow, drift_fit, race_alpha, race_round, window_log_stat
 
 SLOTS_PER_WINDOW = 10  # drift is simulated on a finer grid than a window, so windows see part of it
@@ -62,9 +63,11 @@ def test_wrong_drops_stay_within_the_stated_error_rate_under_shared_drift(drift_
         wrong_races += wrong
         spent += used
         left.append(remaining)
-    # Family-wise: P(any better-than-leader candidate dropped) <= 1 - confidence. With 100 races the
-    # binomial sd at 0.05 is 0.022; allow 2 sd.
-    assert wrong_races / races <= (1 - confidence) + 0.045, wrong_races
+    # Family-wise claim: P(any better-than-leader candidate dropped) <= 1 - confidence. The test asserts
+    # the claim itself, not the claim plus slack: the one-sided 95% Clopper-Pearson upper bound of the
+    # wrong-drop rate over these races must be within 5%. With 100 races that admits at most one wrong
+    # race (bound 4.7%; two give 6.2%); the seeded runs here have none (bound 3.0%).
+    assert clopper_pearson_upper(wrong_races, races, 0.95) <= 1 - confidence, wrong_races
     # And racing must actually save: far fewer than 24 x 4 windows, the tail gone after round 1-2.
     assert spent / races < 0.6 * 24 * 4, spent / races  # about 48 of 96 here
     assert np.median(left) <= 8, left

@@ -9,8 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from prom_fixtures import SETUP_HINT, poll
 
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.metrics.prometheus import monitoring_dir, render_prometheus_config
 
 HERE = Path(__file__).parent
@@ -75,9 +77,21 @@ def test_dashboard_uses_recorded_and_pushed_series() -> None:
         assert needed in exprs
 
 
+def rule_exprs() -> list[str]:
+    rules = yaml.safe_load((monitoring_dir() / "rules.yml").read_text())
+    return [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+
+
 @pytest.mark.slow
 def test_dashboard_and_rule_queries_parse_in_prometheus(prometheus_factory) -> None:
     prom = prometheus_factory(triton_targets=[])
     poll(prom.client.ready, 10, "Prometheus ready")
-    for expr in dashboard_exprs():
-        prom.client.query(expr.replace("$model", ".*"))  # a parse error raises GptTritonError
+    exprs = [expr.replace("$model", ".*") for expr in dashboard_exprs()] + rule_exprs()
+    assert len(exprs) >= 10, exprs
+    for expr in exprs:
+        # A parse error raises GptTritonError; a query that is not an instant vector raises too. With no
+        # target scraped, every series is empty: anything else would mean the query reads stray data.
+        assert prom.client.query(expr) == [], expr
+    # Not vacuous: the same call rejects what Prometheus cannot parse, naming the problem.
+    with pytest.raises(GptTritonError, match="rejected /api/v1/query: .*parse error"):
+        prom.client.query(exprs[0] + " +")

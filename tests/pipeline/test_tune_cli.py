@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ import pytest
 import yaml
 
 from gpt_triton.cli import main
+from gpt_triton.core.records import RunReport
+from gpt_triton.report import verdict_lines
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
 FAST_SPEC = {
@@ -92,8 +95,9 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     assert any("held-out" in d for d in report["decisions"])
 
 
-def _run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+def _run_cli(*args: str, cwd: Path, preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          preexec_fn=preexec_fn)
 
 
 def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -152,13 +156,42 @@ def test_unreachable_triton_url(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; permissions cannot make a directory unwritable")
+CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETPCAP, PR_CAPBSET_DROP = 1, 2, 8, 24
+
+
+def _effective_caps() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
+
+
+def _drop_permission_override() -> None:
+    """preexec_fn: remove from the child's bounding set the capabilities that let root ignore file
+    permissions. Root's exec then grants only the bounding set, so the child, still uid 0, meets a 0500
+    directory as anyone would (and os.access says so: it checks root against its permitted set)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
+
+
 def test_unwritable_repository(tmp_path: Path) -> None:
+    """A repository under a directory the user cannot write is refused before any work. CI runs as
+    root, which permissions do not stop, so there the CLI runs without root's permission override."""
+    preexec = None
+    if os.geteuid() == 0:
+        if not _effective_caps() >> CAP_SETPCAP & 1:
+            pytest.skip("root without CAP_SETPCAP cannot drop CAP_DAC_OVERRIDE, and with it writes anywhere")
+        preexec = _drop_permission_override
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
-    _assert_one_line_error(_run_cli("tune", str(model), "--repository", str(locked / "repo"), cwd=tmp_path), "not writable")
+    result = _run_cli("tune", str(model), "--repository", str(locked / "repo"), "--out", str(tmp_path / "run"),
+                      cwd=tmp_path, preexec_fn=preexec)
+    _assert_one_line_error(result, "not writable", f"checked {locked})")
+    assert list(locked.iterdir()) == [] and not (tmp_path / "run").exists(), "refused before any work"
 
 
 def test_repository_that_is_a_file(tmp_path: Path) -> None:
@@ -285,8 +318,21 @@ def test_resume_reuses_builds_and_measurements_and_repeat_check_reports_agreemen
             assert candidate["build"]["cached"] is True, "a resumed run must not rebuild"
     assert any(d.startswith("resume:") for d in second["decisions"])
     repeat = second["repeat_check"]
-    assert repeat["verdict"] in {"agree", "tie", "disagree"}
-    assert repeat["first"] in built_before and repeat["second"] in built_before
+    # The first selection is the run's own; the second, from a fresh server, picks among the same candidates.
+    assert repeat["first"] == second["selected_id"] and repeat["first"] in built_before
+    assert repeat["second"] in built_before
+    assert repeat["first"] not in repeat["first_ties"] and set(repeat["first_ties"]) <= built_before
+    assert repeat["second"] not in repeat["second_ties"] and set(repeat["second_ties"]) <= built_before
+    # The verdict follows from the two selections: the same winner agrees; a winner within the other
+    # selection's ties is a tie; anything else disagrees.
+    first_set = {repeat["first"], *repeat["first_ties"]}
+    second_set = {repeat["second"], *repeat["second_ties"]}
+    expected = ("agree" if repeat["first"] == repeat["second"]
+                else "tie" if repeat["first"] in second_set or repeat["second"] in first_set else "disagree")
+    assert repeat["verdict"] == expected, repeat
+    assert f"repeat check: first selection {repeat['first']}, second {repeat['second']}: {expected}" in second["decisions"]
+    shown = dict(verdict_lines(RunReport.model_validate(second)))["repeat check"]
+    assert shown.startswith(f"{expected}: first selection {repeat['first']}")
     assert not (tmp_path / "model_repository").exists()
 
 

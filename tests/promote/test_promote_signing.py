@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.promote._ed25519 import Ed25519Signer
+from gpt_triton.promote._hmac import HmacSigner
 from gpt_triton.promote.signing import (
     SIGNATURES_FILE,
+    key_id,
     load_signing_key,
     sign_version_dir,
     verify_version_dir,
 )
+from gpt_triton.testing.conformance.signers import SignerConformance
 
 
 @pytest.fixture
@@ -166,3 +170,92 @@ def test_ed25519_round_trip_and_tamper(tmp_path: Path, key: bytes) -> None:
     (version / SIGNATURES_FILE).write_text(json.dumps(document))
     with pytest.raises(GptTritonError, match=r"tampered file .*signatures\.json: its Ed25519 signature"):
         verify_version_dir(version, public_pem)
+
+
+def _pem_pair(seed: int) -> tuple[bytes, bytes]:
+    """A fixed Ed25519 key pair (private PEM, public PEM): the same bytes on every call."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private = Ed25519PrivateKey.from_private_bytes(bytes((seed + i) % 256 for i in range(32)))
+    return (
+        private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+    )
+
+
+class TestHmacSignerConformance(SignerConformance):
+    scheme = HmacSigner
+    asymmetric = False
+
+    def signing_key(self) -> bytes:
+        return bytes.fromhex("8f" * 32)
+
+    def other_key(self) -> bytes:
+        return b"another secret"
+
+
+class TestEd25519SignerConformance(SignerConformance):
+    scheme = Ed25519Signer
+    asymmetric = True
+
+    def signing_key(self) -> bytes:
+        return _pem_pair(0)[0]
+
+    def verification_key(self) -> bytes:
+        return _pem_pair(0)[1]
+
+    def other_key(self) -> bytes:
+        return _pem_pair(100)[1]  # a public key: verifying needs no private half
+
+
+# signatures.json written by the signing module before the Signer seam (commit 36bfab3) for the files
+# that _write_recorded_version makes: repositories signed then must keep verifying, byte for byte.
+RECORDED_PEM = _pem_pair(0)[0]
+RECORDED = {
+    "hmac-sha256": {
+        "algorithm": "hmac-sha256",
+        "files": [
+            {"mac": "bff9a3e04bb5e507851f3a37c3289181354dce1b53d4f4cf9add91e1060b2dda", "path": "artifact/model.onnx",
+             "sha256": "785b0751fc2c53dc14a4ce3d800e69ef9ce1009eb327ccf458afe09c242c26c9"},
+            {"mac": "f4bb85bb0c741c882c0d47a9b59c16b896c731808f4669652c1dc67531f35bac", "path": "model.py",
+             "sha256": "34dbb493f753c7da72f356eba8d38b6052613065d281a446d7557e014e5dac92"},
+        ],
+        "format": "gpt-triton-signatures/1",
+        "key_id": "7bbddfd964d1878d",
+        "manifest_mac": "0d6a7c06a4a0d3c689fd132596a5a0df5a8884733b54add053e5539b91c00141",
+    },
+    "ed25519": {
+        "algorithm": "ed25519",
+        "files": [
+            {"path": "artifact/model.onnx", "sha256": "785b0751fc2c53dc14a4ce3d800e69ef9ce1009eb327ccf458afe09c242c26c9"},
+            {"path": "model.py", "sha256": "34dbb493f753c7da72f356eba8d38b6052613065d281a446d7557e014e5dac92"},
+        ],
+        "format": "gpt-triton-signatures/1",
+        "key_id": "a041ecf190a65bf6",
+        "signature": "c8ca4f3e19b50b3887c550c2b805d4c15c494fe80bcfed15515f6e131584057e"
+                     "4c2a1845ef27c769a6dbc1c2e51e37481868e572c90c6834488d3db6d48dce07",
+    },
+}
+
+
+def _write_recorded_version(version: Path) -> None:
+    (version / "artifact").mkdir(parents=True)
+    (version / "model.py").write_text("print('adapter')\n")
+    (version / "artifact" / "model.onnx").write_bytes(bytes(range(256)) * 4)
+
+
+@pytest.mark.parametrize("algorithm", sorted(RECORDED))
+def test_versions_signed_before_the_seam_still_verify(tmp_path: Path, key: bytes, algorithm: str) -> None:
+    signing_key, verification_key = (key, key) if algorithm == "hmac-sha256" else (RECORDED_PEM, _pem_pair(0)[1])
+    old = tmp_path / "old" / "1"
+    _write_recorded_version(old)
+    recorded = json.dumps(RECORDED[algorithm], indent=1, sort_keys=True)
+    (old / SIGNATURES_FILE).write_text(recorded)
+    verify_version_dir(old, verification_key)
+    # Signing the same files today writes the same document, byte for byte.
+    new = tmp_path / "new" / "1"
+    _write_recorded_version(new)
+    sign_version_dir(new, signing_key)
+    assert (new / SIGNATURES_FILE).read_text() == recorded
+    assert key_id(key) == RECORDED["hmac-sha256"]["key_id"]

@@ -21,6 +21,7 @@ from gpt_triton.core.measurements import (
 from gpt_triton.core.model_info import ModelInfo, TensorInfo
 from gpt_triton.core.records import BuildCost, Candidate, DeployInfo, Gain, Machine, RunReport
 from gpt_triton.core.routes import Route
+from gpt_triton.core.spec import TuneSpec
 
 LOADS = [LoadProfile(kind="concurrency", concurrency=1), LoadProfile(kind="concurrency", concurrency=4)]
 
@@ -82,6 +83,11 @@ def candidate(cid: str, family: str, knobs: dict[str, Any], status: str, *, base
     )
 
 
+def spec(**sections: Any) -> TuneSpec:
+    """A run's spec from plain sections, validated as `gpt-triton tune` validates the YAML."""
+    return TuneSpec.model_validate(sections)
+
+
 def make_report(**overrides: Any) -> RunReport:
     rng = random.Random(7)
     cands = [
@@ -107,8 +113,7 @@ def make_report(**overrides: Any) -> RunReport:
                         opset=17, inputs=[TensorInfo(name="images", dtype="float32", dims=["batch", 3, 64, 64])],
                         outputs=[TensorInfo(name="logits", dtype="float32", dims=["batch", 10])]),
         shapes={"images": [1, 3, 64, 64]},
-        spec={"objective": {"metric": "p99", "load_index": 0},
-              "measure": {"loads": [load.model_dump() for load in LOADS]}},
+        spec=spec(objective={"metric": "p99", "load_index": 0}, measure={"loads": [load.model_dump() for load in LOADS]}),
         machine=Machine(hostname="box", cpu="AMD EPYC", cores=2, memory_bytes=24 << 30,
                         runtime_versions={"onnxruntime": "1.32", "openvino": "2026.4"}),
         triton_version="2.51.0", reference={"source": "synthetic", "synthetic": True, "split_seed": 0, "tuning": 45, "heldout": 19},

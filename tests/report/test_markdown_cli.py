@@ -156,7 +156,7 @@ def test_failed_render_leaves_the_previous_report_intact(rendered: Path, tmp_pat
     shutil.copytree(rendered, run_dir)
     before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
-    def broken(report: RunReport, fig: object) -> None:
+    def broken(view: object, fig: object) -> None:
         raise RuntimeError("drawing failed")
 
     monkeypatch.setitem(plots_module.DRAW, "build_cost", broken)  # the last plot drawn: the others are done

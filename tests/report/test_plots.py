@@ -12,7 +12,7 @@ from gpt_triton.core.records import RunReport
 from gpt_triton.report import plot_availability, render_plots
 from gpt_triton.report.plots import PLOT_TITLES, pareto_front
 
-from .conftest import LOADS, candidate, make_report
+from .conftest import LOADS, candidate, make_report, spec
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -110,7 +110,7 @@ def test_non_finite_and_tied_values_do_not_break_plots(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("metric", ["p99", "throughput"])
 def test_remeasurement_plot_with_and_without_remeasured_stats(tmp_path: Path, metric: str) -> None:
-    report = make_report(spec={"objective": {"metric": metric, "load_index": 0}})
+    report = make_report(spec=spec(objective={"metric": metric, "load_index": 0}))
     assert report.gain is not None
     report.gain.metric = metric
     plots = render_plots(report, tmp_path / "with", names=["remeasurement"])

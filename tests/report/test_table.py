@@ -9,11 +9,29 @@ import pytest
 from rich.console import Console
 
 from gpt_triton.core.measurements import Interval
-from gpt_triton.core.records import Gain, RunReport
-from gpt_triton.report import per_family_summary, print_summary, summary_table, verdict_lines
-from gpt_triton.report.table import accuracy_text, break_even_inferences, fmt_ms, objective_value
+from gpt_triton.core.records import Candidate, Gain, RunReport
+from gpt_triton.report import (
+    break_even_inferences,
+    build_view,
+    per_family_summary,
+    print_summary,
+    summary_table,
+    verdict_lines,
+)
+from gpt_triton.report.fmt import fmt_ms
+from gpt_triton.report.view import FamilyRow
 
-from .conftest import LOADS, candidate, make_report
+from .conftest import LOADS, candidate, make_report, spec
+
+
+def _objective(report: RunReport, candidate: Candidate) -> float | None:
+    """The objective of a candidate as the report shows it (throughput positive)."""
+    row = build_view(report).row(candidate.id)
+    return row.objective.value if row and row.objective else None
+
+
+def _families(report: RunReport) -> dict[str, FamilyRow]:
+    return {r.family: r for r in per_family_summary(report).families}
 
 
 def _column(table, header: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -98,31 +116,35 @@ def test_break_even_never_when_winner_is_slower() -> None:
 
 
 def test_per_family_picks_best_eligible(report: RunReport) -> None:
-    rows = per_family_summary(report)
-    families = {r["family"]: r for r in rows if r["kind"] == "family"}
+    summary = per_family_summary(report)
+    families = {r.family: r for r in summary.families}
     assert set(families) == {"ort", "openvino", "tensorrt"}
     # c02 is the fastest ort candidate but failed accuracy: c01 is the family's best.
-    assert families["ort"]["best_id"] == "c01" and families["ort"]["eligible"] == 2
-    assert families["openvino"]["best_id"] == "c05"
-    assert families["tensorrt"]["best_id"] is None and families["tensorrt"]["failed"] == 1
+    assert families["ort"].best_id == "c01" and families["ort"].eligible == 2
+    assert families["openvino"].best_id == "c05"
+    assert families["tensorrt"].best_id is None and families["tensorrt"].failed == 1
     for fam, row in families.items():
-        if row["best_id"]:
+        if row.best_id:
             members = [c for c in report.candidates
                        if c.family == fam and c.status == "measured" and c.accuracy and c.accuracy.passed]
-            assert row["best_value"] == min(objective_value(report, c) or float("inf") for c in members)
-    union = rows[-1]
-    assert union["kind"] == "union" and union["winner_id"] == "c05" and union["best_single_id"] == "c05"
-    assert union["runner_up_family"] == "ort" and union["runner_up_id"] == "c01"
-    assert union["vs_runner_up"] == pytest.approx(families["ort"]["best_value"] / families["openvino"]["best_value"])
+            assert row.best_value == min(_objective(report, c) or float("inf") for c in members)
+    union = summary.union
+    assert union is not None and union.winner_id == "c05" and union.best_single_id == "c05"
+    assert union.runner_up_family == "ort" and union.runner_up_id == "c01"
+    ort, openvino = families["ort"].best_value, families["openvino"].best_value
+    assert ort is not None and openvino is not None
+    assert union.vs_runner_up == pytest.approx(ort / openvino)
 
 
 def test_per_family_throughput_objective_prefers_higher() -> None:
-    report = make_report(spec={"objective": {"metric": "throughput", "load_index": 1}})
-    rows = {r["family"]: r for r in per_family_summary(report) if r["kind"] == "family"}
+    report = make_report(spec=spec(objective={"metric": "throughput", "load_index": 1}))
+    rows = _families(report)
     ov = [c for c in report.candidates if c.family == "openvino" and c.status == "measured"]
     best = max(ov, key=lambda c: c.latency[1].throughput.value)  # type: ignore[union-attr]
-    assert rows["openvino"]["best_id"] == best.id
-    assert rows["openvino"]["vs_baseline"] > 1.0
+    assert rows["openvino"].best_id == best.id
+    # Shown as measured (req/s, positive), not in selection's negated sign.
+    assert rows["openvino"].best_value == best.latency[1].throughput.value  # type: ignore[union-attr]
+    assert rows["openvino"].vs_baseline is not None and rows["openvino"].vs_baseline > 1.0
 
 
 def test_every_candidate_crashed_renders() -> None:
@@ -131,17 +153,21 @@ def test_every_candidate_crashed_renders() -> None:
                          heldout=None, promoted_version=None, status="failed", error="every candidate crashed")
     out = _render(report)
     assert "signal 2" in out and "every candidate crashed" in out
-    rows = per_family_summary(report)
-    assert rows[0]["best_id"] is None and rows[-1]["winner_id"] is None
+    summary = per_family_summary(report)
+    assert summary.families[0].best_id is None and summary.union is not None and summary.union.winner_id is None
 
 
-def test_one_load_level_serves_any_load_index() -> None:
+def test_a_load_level_never_measured_is_infeasible_as_in_selection() -> None:
+    # The objective names load index 1 but the candidates were measured at one level only: selection
+    # finds no feasible candidate there, and the report must not invent one from the other level.
     cands = [candidate("a", "ort", {}, "measured", base_ms=2.0, loads=LOADS[:1], baseline=True),
              candidate("b", "ort", {"x": 1}, "measured", base_ms=1.0, loads=LOADS[:1])]
-    report = make_report(candidates=cands, baseline_id="a", winner_id="b", selected_id="b",
-                         spec={"objective": {"metric": "p50", "load_index": 1}})
-    assert objective_value(report, report.candidate("b")) is not None
-    assert per_family_summary(report)[0]["best_id"] == "b"
+    report = make_report(candidates=cands, baseline_id="a", winner_id=None, selected_id=None,
+                         spec=spec(objective={"metric": "p50", "load_index": 1}))
+    assert _objective(report, report.candidate("b")) is None
+    family = per_family_summary(report).families[0]
+    assert family.best_id is None and family.eligible == 0 and family.measured == 2
+    assert _column(summary_table(report), "p50 ms") == ["-", "-"]  # no figure from another load level
 
 
 @pytest.mark.parametrize("width", [80, 100, 120, 200])
@@ -151,7 +177,9 @@ def test_table_is_not_cropped_on_common_terminal_widths(report: RunReport, width
     # rich crops a table wider than the console from the right: the rightmost figures would vanish.
     for c in report.candidates:
         assert c.id in out
-        acc = accuracy_text(report, c)
+        row = build_view(report).row(c.id)
+        assert row is not None
+        acc = row.accuracy
         if c.accuracy is not None:
             assert acc.split()[0] in out, acc
     assert "★" in out and "SIGSEGV" in out and "NNCF needs calibration" in out  # reasons, in table or legend
@@ -175,27 +203,27 @@ def test_route_column_shows_only_distinguishing_knobs() -> None:
 
 def test_per_family_follows_the_runs_accuracy_policy() -> None:
     # The run demanded a 0.5 margin: c05 (margin 0.3) passed its tolerances but was not eligible.
-    report = make_report(spec={"objective": {"metric": "p99"}, "accuracy": {"min_margin": 0.5}})
-    families = {r["family"]: r for r in per_family_summary(report) if r["kind"] == "family"}
-    assert families["openvino"]["best_id"] == "c04" and families["openvino"]["eligible"] == 2
+    report = make_report(spec=spec(objective={"metric": "p99"}, accuracy={"min_margin": 0.5}))
+    families = _families(report)
+    assert families["openvino"].best_id == "c04" and families["openvino"].eligible == 2
     accuracy = dict(zip(_column(summary_table(report), "id"), _column(summary_table(report), "accuracy"), strict=True))
     assert "ineligible" in accuracy["c05"] and "0.5" in accuracy["c05"]
     assert "ineligible" not in accuracy["c04"]
 
 
 def test_throughput_objective_respects_the_p99_slo() -> None:
-    report = make_report(spec={"objective": {"metric": "throughput", "load_index": 0, "slo_p99_ms": 3.0}})
-    families = {r["family"]: r for r in per_family_summary(report) if r["kind"] == "family"}
+    report = make_report(spec=spec(objective={"metric": "throughput", "load_index": 0, "slo_p99_ms": 3.0}))
+    families = _families(report)
     for row in families.values():
-        if row["best_id"]:
-            stats = report.candidate(row["best_id"]).latency[0]
+        if row.best_id:
+            stats = report.candidate(row.best_id).latency[0]
             assert stats.p99_ms is not None and stats.p99_ms.value <= 3.0
-    assert families["ort"]["best_id"] is None  # every eligible ort candidate misses the SLO
-    assert families["openvino"]["best_id"] == "c05"
+    assert families["ort"].best_id is None  # every eligible ort candidate misses the SLO
+    assert families["openvino"].best_id == "c05"
 
 
 def test_break_even_for_a_throughput_objective_uses_throughputs() -> None:
-    report = make_report(spec={"objective": {"metric": "throughput"}})
+    report = make_report(spec=spec(objective={"metric": "throughput"}))
     assert report.gain is not None and report.gain.remeasured_baseline and report.gain.remeasured_winner
     report.gain.metric = "throughput"
     base = report.gain.remeasured_baseline.throughput

@@ -10,9 +10,8 @@ import pytest
 from gpt_triton.core.model_info import inspect_model, sha256_file
 from gpt_triton.routes import BuildContext, GraphFamily, Route, ServingFamily
 from gpt_triton.routes._graph import simplifiers
+from gpt_triton.testing.conformance.families import FamilyConformance
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
-
-from .conformance import FamilyConformance
 
 
 class TestGraphConformance(FamilyConformance):

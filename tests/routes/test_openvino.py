@@ -7,9 +7,8 @@ from pathlib import Path
 import openvino as ov
 
 from gpt_triton.routes import BuildContext, OpenVinoFamily, Route
+from gpt_triton.testing.conformance.families import FamilyConformance, make_inputs, run_artifact
 from gpt_triton.testing.models import build_conv_attention
-
-from .conformance import FamilyConformance, make_inputs, run_artifact
 
 
 class TestOpenVinoConformance(FamilyConformance):
@@ -24,7 +23,7 @@ class TestOpenVinoConformance(FamilyConformance):
         assert "bf16" in precision.help  # the help says OpenVINO's own default is reduced precision
         caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
         assert ("bf16" in precision.values) == ("BF16" in caps)
-        options = self.family.runtime_options(self.family.default_route(context.model), context.model)  # type: ignore[attr-defined]
+        options = self.family.runtime_options(self.family.default_route(context.model), context.model)
         assert options == {"device": "CPU", "config": {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}}
 
     def test_static_shape_fixes_the_ir_inputs(self, context: BuildContext, tmp_path: Path) -> None:

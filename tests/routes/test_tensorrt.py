@@ -8,9 +8,8 @@ import pytest
 
 from gpt_triton.routes import TensorRtFamily
 from gpt_triton.routes._tensorrt import route_string, tuner_knobs
+from gpt_triton.testing.conformance.families import FamilyConformance
 from gpt_triton.testing.models import build_tiny_mlp
-
-from .conformance import FamilyConformance
 
 _AVAILABLE, _WHY = TensorRtFamily().availability()
 

@@ -13,8 +13,7 @@ from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.routes import Route
 from gpt_triton.deploy import write_model
 from gpt_triton.server import EmbeddedTriton, TritonServer, python_backend_dir, triton_binary
-
-from .conformance import ServerConformance, artifact_for, deploy, unique
+from gpt_triton.testing.conformance.servers import ServerConformance, artifact_for, deploy, unique
 
 
 def _process_tree(pid: int) -> list[psutil.Process]:

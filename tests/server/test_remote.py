@@ -11,8 +11,7 @@ import pytest
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
-
-from .conformance import ServerConformance, artifact_for, deploy, unique
+from gpt_triton.testing.conformance.servers import ServerConformance, artifact_for, deploy, unique
 
 
 class TestRemoteConformance(ServerConformance):

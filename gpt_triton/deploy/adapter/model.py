@@ -1,25 +1,33 @@
 """gpt-triton runtime adapter: serves one built artifact (ONNX Runtime or OpenVINO) on Triton's python backend.
 
-Copied into each model version directory next to the artifact files and ``gpt_triton_runtime.json``
-(``{"runtime", "entry", "runtime_options"}``), so two versions of one model may use different runtimes.
+Copied into each model version directory next to the artifact files, ``gpt_triton_runtime.json``
+(``{"runtime", "entry", "runtime_options"}``) and ``gpt_triton_runtimes/`` (a copy of
+``gpt_triton.runtimes``, the runners every other stage measures with: production Triton has no
+gpt_triton installed), so two versions of one model may use different runtimes.
 
 Latency matters more than elegance here (the target is served <= 1.10x in-process at concurrency 1):
 * inputs are read with ``as_numpy()`` (a view on the python backend's shared memory, no copy) and fed
   to the runtime as they are; outputs go straight into ``pb_utils.Tensor``;
 * when Triton hands over several requests (dynamic batching), they are concatenated along axis 0 and
   run once, and the outputs are split back by each request's batch size (views, no copy);
-* OpenVINO runs through one reused InferRequest (each Triton instance is its own stub process);
-* nothing is imported or looked up per request that could be resolved at initialize.
+* OpenVINO runs through one reused InferRequest (each Triton instance is its own stub process) whose
+  output tensors are read in place (``reuse_outputs``): ``pb_utils.Tensor`` copies them before the next run;
+* nothing is imported or looked up per request that could be resolved at initialize (the runner's
+  ``infer`` is bound once).
 
 A version directory that carries ``signatures.json`` is verified with
 ``gpt_triton.promote.signing.verify_version_dir`` before anything is loaded; if that module cannot be
-imported, the version is refused rather than served unverified. Errors in initialize raise, and Triton
-reports them as the model's load error.
+imported, the version is refused rather than served unverified. The shipped runtime modules are
+imported only after that check. Errors in initialize raise, and Triton reports them as the model's
+load error.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +35,7 @@ import triton_python_backend_utils as pb_utils
 
 RUNTIME_FILE = "gpt_triton_runtime.json"
 SIGNATURES_FILE = "signatures.json"
+RUNTIMES_DIR = "gpt_triton_runtimes"  # deploy's copy of gpt_triton.runtimes, beside this file
 
 
 def _verify_signatures(version_dir: Path) -> None:
@@ -45,50 +54,30 @@ def _verify_signatures(version_dir: Path) -> None:
         raise RuntimeError(f"signature verification failed: {exc}") from exc
 
 
-class _OrtRunner:
-    def __init__(self, path: Path, options: dict) -> None:
-        import onnxruntime as ort
+def _import_runtimes(version_dir: Path):
+    """The runtime package shipped in ``version_dir``, imported by file path.
 
-        session_options = ort.SessionOptions()
-        for key, value in (options.get("session_options") or {}).items():
-            if key == "graph_optimization_level":
-                value = getattr(ort.GraphOptimizationLevel, value)
-            elif key == "execution_mode":
-                value = getattr(ort.ExecutionMode, value)
-            if not hasattr(session_options, key):
-                raise ValueError(f"unknown ONNX Runtime session option {key!r}")
-            setattr(session_options, key, value)
-        for key, value in (options.get("config_entries") or {}).items():
-            session_options.add_session_config_entry(key, str(value))
-        self.session = ort.InferenceSession(str(path), session_options, providers=["CPUExecutionProvider"])
-        self.output_names = [o.name for o in self.session.get_outputs()]
-
-    def run(self, feeds: dict) -> dict:
-        return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
-
-
-class _OpenVinoRunner:
-    def __init__(self, path: Path, options: dict) -> None:
-        import openvino as ov
-
-        core = ov.Core()
-        compiled = core.compile_model(core.read_model(str(path)), options.get("device", "CPU"), options.get("config") or {})
-        self.request = compiled.create_infer_request()
-        self.ports = list(compiled.outputs)
-
-    def bind_outputs(self, names: list) -> None:
-        # An output port carries every tensor name of the ONNX graph that aliases it (an Identity's input
-        # and output, for one): match by the name Triton asks for, not by get_any_name().
-        self.outputs = []
-        for index, name in enumerate(names):
-            matches = [port for port in self.ports if name in port.get_names()]
-            self.outputs.append((name, matches[0] if matches else self.ports[index]))
-
-    def run(self, feeds: dict) -> dict:
-        # share_inputs: OpenVINO reads the numpy buffers in place. Output tensors belong to the request
-        # and are overwritten by the next run, which is fine: pb_utils.Tensor copies them to shm first.
-        self.request.infer(feeds, share_inputs=True, share_outputs=True)
-        return {name: self.request.get_tensor(port).data for name, port in self.outputs}
+    Triton's stub imports model.py by path, so nothing beside it is importable by name. The package gets
+    a name unique to its folder (two versions in one process never share a copy) and is registered in
+    sys.modules so its modules' relative imports resolve. Its bytecode was shipped with it (deploy
+    byte-compiles it like model.py), so importing writes nothing into a signed version directory.
+    """
+    package_dir = version_dir / RUNTIMES_DIR
+    init = package_dir / "__init__.py"
+    if not init.is_file():
+        raise RuntimeError(f"{package_dir} is missing: deploy this version again with gpt-triton (it ships the runtimes)")
+    name = "gpt_triton_runtimes_" + hashlib.sha256(str(package_dir.resolve()).encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(package_dir)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 class TritonPythonModel:
@@ -97,22 +86,22 @@ class TritonPythonModel:
         version_dir = Path(args["model_repository"]) / str(args["model_version"])
         _verify_signatures(version_dir)
         description = json.loads((version_dir / RUNTIME_FILE).read_text())
-        runtime = description["runtime"]
-        entry = version_dir / description["entry"]
-        options = description.get("runtime_options") or {}
-        if runtime == "onnxruntime":
-            self.runner = _OrtRunner(entry, options)
-        elif runtime == "openvino":
-            self.runner = _OpenVinoRunner(entry, options)
-        else:
-            raise ValueError(f"runtime {runtime!r} cannot run on the python backend (needs its native backend)")
+        runtimes = _import_runtimes(version_dir)
+        runtime = runtimes.get_runtime(description["runtime"])
+        if not runtime.python_backend:
+            raise ValueError(f"runtime {runtime.name!r} cannot run on the python backend (needs its native backend)")
         self.batched = int(config.get("max_batch_size", 0)) > 0
         self.input_names = [t["name"] for t in config["input"]]
         self.outputs = [
             (t["name"], pb_utils.triton_string_to_numpy(t["data_type"])) for t in config["output"]
         ]
-        if hasattr(self.runner, "bind_outputs"):
-            self.runner.bind_outputs([name for name, _ in self.outputs])
+        # Outputs in Triton's order, bound by name once; reused output buffers are safe because
+        # _response copies them into pb_utils.Tensor before the next run.
+        self.runner = runtime.open(
+            version_dir / description["entry"], description.get("runtime_options") or {},
+            output_names=[name for name, _ in self.outputs], reuse_outputs=True,
+        ).activate()
+        self.run = self.runner.infer
 
     def _inputs(self, request) -> dict:
         return {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names}
@@ -131,7 +120,7 @@ class TritonPythonModel:
             feeds = [self._inputs(request) for request in requests]
             sizes = [len(next(iter(feed.values()))) for feed in feeds]
             merged = {name: np.concatenate([feed[name] for feed in feeds]) for name in self.input_names}
-            results = self.runner.run(merged)
+            results = self.run(merged)
         except Exception as exc:  # one bad request must not fail silently: fall back to one run each
             del exc
             return [self._execute_one(request) for request in requests]
@@ -143,9 +132,11 @@ class TritonPythonModel:
 
     def _execute_one(self, request):
         try:
-            return self._response(self.runner.run(self._inputs(request)))
+            return self._response(self.run(self._inputs(request)))
         except Exception as exc:
             return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(f"{type(exc).__name__}: {exc}"))
 
     def finalize(self) -> None:
-        self.runner = None
+        runner, self.runner, self.run = self.runner, None, None
+        if runner is not None and runner.is_active:
+            runner.deactivate()

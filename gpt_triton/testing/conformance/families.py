@@ -1,8 +1,10 @@
-"""The conformance suite every route family passes. A family's test class subclasses FamilyConformance.
+"""The conformance suite every :class:`~gpt_triton.routes.RouteFamily` passes. A family's test class
+subclasses :class:`FamilyConformance`.
 
 Subclasses set ``family`` (an instance), ``model_builder`` (one of gpt_triton.testing.models' builders)
 and ``non_default`` (knob changes for a second, non-default route). Builds run in-process here: the
-contract is the family's; isolation is tested in tests/test_build.py.
+contract is the family's; isolation is the build stage's (tests/test_build.py). Built artifacts are run
+through :func:`gpt_triton.runtimes.open_runner`, as the measure and deploy stages open them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes
 from gpt_triton.routes import Artifact, BuildContext, Route, RouteFamily
 from gpt_triton.routes._common import files_sha256
+from gpt_triton.runtimes import get_runtime, open_runner
 from gpt_triton.testing.models import build_tiny_mlp
 
 
@@ -33,36 +36,13 @@ def write_calibration(model: ModelInfo, shapes: dict[str, list[int]], path: Path
 
 
 def run_artifact(artifact: Artifact, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Open an artifact the way deploy does (files + runtime_options) and run one request."""
-    entry = str(Path(artifact.directory) / artifact.files[0])
-    if artifact.runtime == "onnxruntime":
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        so = artifact.runtime_options.get("session_options", {})
-        if so:
-            options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, so["graph_optimization_level"])
-            options.intra_op_num_threads = so["intra_op_num_threads"]
-            options.inter_op_num_threads = so["inter_op_num_threads"]
-            options.execution_mode = getattr(ort.ExecutionMode, so["execution_mode"])
-            options.enable_cpu_mem_arena = so["enable_cpu_mem_arena"]
-            options.enable_mem_pattern = so["enable_mem_pattern"]
-        for key, value in artifact.runtime_options.get("config_entries", {}).items():
-            options.add_session_config_entry(key, value)
-        session = ort.InferenceSession(entry, options, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, feeds), strict=True))
-    if artifact.runtime == "openvino":
-        import openvino as ov
-
-        compiled = ov.Core().compile_model(entry, artifact.runtime_options["device"], artifact.runtime_options["config"])
-        result = compiled(feeds)
-        out: dict[str, np.ndarray] = {}
-        for port, value in result.items():
-            for name in port.get_names():
-                out[name] = np.asarray(value)
-        return out
-    pytest.skip(f"no runner for runtime {artifact.runtime} here")
+    """Open an artifact the way deploy does (files + runtime_options, through the runtime layer) and run
+    one request. Skips where the artifact's runtime is unavailable (TensorRT without a GPU)."""
+    available, why = get_runtime(artifact.runtime).availability()
+    if not available:
+        pytest.skip(f"no {artifact.runtime} runtime here: {why}")
+    with open_runner(artifact.runtime, Path(artifact.directory) / artifact.files[0], artifact.runtime_options) as runner:
+        return runner.infer(feeds)
 
 
 class FamilyConformance:

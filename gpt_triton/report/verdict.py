@@ -1,0 +1,99 @@
+"""The verdict of a run as (label, text) lines: the terminal panel and report.md both print these."""
+
+from __future__ import annotations
+
+from gpt_triton.core.objective import metric_interval
+from gpt_triton.core.records import RunReport
+from gpt_triton.report.fmt import fmt_count, fmt_ms
+
+
+def break_even_inferences(report: RunReport) -> float | None:
+    """Inferences needed to pay back the tuning time: tuning_s / (baseline_s - winner_s). None: never."""
+    gain = report.gain
+    if gain is None or report.tuning_seconds <= 0 or report.winner_id in (None, report.baseline_id):
+        return None  # the baseline was kept: tuning bought nothing to pay back
+    if gain.metric == "throughput":
+        # Gain's *_ms are p99 latencies here; the time an inference costs at capacity is 1/throughput.
+        base = metric_interval(gain.remeasured_baseline, "throughput")
+        win = metric_interval(gain.remeasured_winner, "throughput")
+        if base is None or win is None or base.value <= 0 or win.value <= 0:
+            return None
+        saved_s = 1.0 / base.value - 1.0 / win.value
+    else:
+        saved_s = (gain.baseline_ms - gain.winner_ms) / 1000.0
+    if saved_s <= 0:
+        return None
+    return report.tuning_seconds / saved_s
+
+
+def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
+    winner, baseline, gain = report.winner_id, report.baseline_id, report.gain
+    lines: list[tuple[str, str]] = []
+    if gain is not None:
+        r = gain.ratio
+        # The gain is of the selected candidate; when the baseline was kept, the winner is not it.
+        contender = report.selected_id or winner
+        latency = "p99 " if gain.metric == "throughput" else ""  # Gain's *_ms are p99s for a throughput objective
+        text = (
+            f"{gain.metric} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI); "
+            f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {contender} {fmt_ms(gain.winner_ms)} ms"
+        )
+        if gain.selection_estimate_ratio is not None:
+            text += f"; selection estimated {gain.selection_estimate_ratio:.3f} (winner's curse {gain.selection_estimate_ratio - r.value:+.3f})"
+        lines.append(("re-measured gain", text))
+    else:
+        lines.append(("re-measured gain", "not measured"))
+    if winner is not None and winner == baseline:
+        if report.selected_id and report.selected_id != baseline:
+            lines.append(("decision", f"promoted the baseline: {report.selected_id}'s gain was not significant"))
+        else:
+            lines.append(("decision", "promoted the baseline: no candidate beat it"))
+    elif gain is not None and gain.significant:
+        lines.append(("decision", "significant: the interval excludes 1.0"))
+    elif gain is not None:
+        lines.append(("decision", "not significant: the interval includes 1.0"))
+    return lines
+
+
+def verdict_lines(report: RunReport) -> list[tuple[str, str]]:
+    """(label, text) pairs: run state, winner, gain, decision, repeat check, held-out, promotion, break-even."""
+    lines: list[tuple[str, str]] = []
+    if report.status == "failed":
+        lines.append(("run", f"FAILED: {report.error or 'no error recorded'}"))
+    elif report.status == "running":
+        lines.append(("run", "still running (or interrupted): figures are partial"))
+    winner, baseline = report.winner_id, report.baseline_id
+    if winner is not None and winner == baseline:
+        lines.append(("winner", f"the baseline {baseline}"))
+    else:
+        lines.append(("winner", f"{winner or 'none'} vs baseline {baseline or 'none'}"))
+    lines += _gain_lines(report)
+    repeat = report.repeat_check
+    if repeat:
+        lines.append(("repeat check", f"{repeat.get('verdict', '?')}: first selection {repeat.get('first')}, "
+                      f"second (fresh server) {repeat.get('second')}"))
+    heldout = report.heldout
+    if heldout is None:
+        lines.append(("held-out", "not checked"))
+    else:
+        verdict = "PASS" if heldout.passed else "FAIL"
+        text = (
+            f"{verdict}: {heldout.exceedances}/{heldout.requests} exceedances, upper bound "
+            f"{heldout.exceedance_upper_bound:.3g} ({heldout.confidence:.0%}), min margin {heldout.min_margin:.3g}"
+        )
+        if heldout.reason:
+            text += f" ({heldout.reason})"
+        lines.append(("held-out", text))
+    if report.promoted_version is not None:
+        lines.append(("promoted", f"version {report.promoted_version} at {report.promoted_path or '?'}"))
+    else:
+        lines.append(("promoted", "nothing promoted"))
+    need = break_even_inferences(report)
+    if need is not None:
+        lines.append(("break-even", f"{fmt_count(need)} inferences repay {report.tuning_seconds:.0f} s of tuning"))
+    elif winner is not None and winner == baseline:
+        lines.append(("break-even", f"none: the baseline was kept; {report.tuning_seconds:.0f} s of tuning bought no speed-up"))
+    elif report.gain is not None:
+        lines.append(("break-even", "never: the winner saves no time per inference"))
+    return lines
+

@@ -1,0 +1,57 @@
+"""Serving candidates for a run: the server (embedded, started and always stopped; or the user's, never
+stopped), candidates deployed on it and unloaded afterwards, and the measurer that drives them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from gpt_triton.core.records import Candidate
+from gpt_triton.deploy import deploy_candidates, unload_candidates
+from gpt_triton.measure.harness import Measurer
+from gpt_triton.run import Advance, Run
+from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
+
+
+@contextlib.contextmanager
+def open_server(run: Run, label: str) -> Iterator[TritonServer]:
+    """The embedded server (started and always stopped) or the user's server (never stopped)."""
+    if run.options.triton_url:
+        server: TritonServer = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+        return
+    with EmbeddedTriton(repository=run.staging, workdir=run.run_dir / "triton",
+                        log_path=run.run_dir / f"triton-{label}.log") as embedded:
+        yield embedded
+
+
+@contextlib.contextmanager
+def deployed(run: Run, server: TritonServer, candidates: Sequence[Candidate], suffix: str = "",
+             advance: Advance | None = None) -> Iterator[list[Candidate]]:
+    """Load ``candidates`` (a load failure marks that candidate failed), yield those loaded, unload them."""
+    loaded: list[Candidate] = []
+    try:
+        run.apply(candidates, deploy_candidates(server, run.staging, candidates, run.info, run.shapes, suffix, advance),
+                  after=lambda c, o: loaded.append(c) if o.status != "failed" else None)
+        yield loaded
+    finally:
+        unload_candidates(server, loaded)
+
+
+@contextlib.contextmanager
+def serve(run: Run, candidates: Sequence[Candidate], label: str, suffix: str) -> Iterator[tuple[TritonServer, list[Candidate]]]:
+    """A fresh server with ``candidates`` loaded (as ``c_<id><suffix>``), for one separate step."""
+    with open_server(run, label) as server, deployed(run, server, candidates, suffix) as loaded:
+        yield server, loaded
+
+
+def measurer(run: Run, server: TritonServer, advance: Advance) -> Measurer:
+    """The one way a run builds its measurer: the tuning split's inputs, the run's measure and objective
+    specs, the server's metrics for the server-side breakdown."""
+    spec = run.spec
+    return Measurer(server.grpc_url, run.tuning.inputs, spec.measure, spec.objective, metrics_url=server.metrics_url,
+                    progress=advance, processes=spec.measure.client_processes)
