@@ -143,6 +143,12 @@ class OpenVino(Runtime):
             return False, f"OpenVINO has no CPU device (devices: {devices})"
         return True, ""
 
+    def precisions(self, device: str = "CPU") -> frozenset[str]:
+        """The precisions ``device`` computes natively (OPTIMIZATION_CAPABILITIES, upper-cased: "FP32",
+        "BF16", "INT8", ...). A bf16 hint on a CPU without "BF16" runs in f32: no reduced precision at all."""
+        core = _import_ov().Core()
+        return frozenset(str(c).upper() for c in core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
+
     def open(
         self, entry: Path, options: Mapping[str, Any], *, output_names: Sequence[str] | None = None,
         reuse_outputs: bool = False,

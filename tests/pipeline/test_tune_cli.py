@@ -259,7 +259,7 @@ def test_heldout_data_cannot_reach_selection(tmp_path: Path) -> None:
     assert all(c["accuracy"]["requests"] == report["reference"]["tuning_requests"] for c in screened)
     assert report["reference"]["heldout_requests"] == len(heldout.indices)
     access = report["reference"]["heldout_access"]
-    assert len(access) == 1 and access[0]["caller"].endswith(":_accept_on_heldout")
+    assert len(access) == 1 and access[0]["caller"].endswith(":accept_on_heldout")
     # Acceptance saw the poison: nothing is promoted, and the run says why with a non-zero exit.
     assert report["heldout"]["passed"] is False
     assert code == 1 and report["winner_id"] is None

@@ -34,6 +34,8 @@ from gpt_triton.testing.fake_tensorrt._releases import at_least
 from gpt_triton.testing.fake_tensorrt._types import Context, IHostMemory, check_int, incompatible
 
 PLAN_MAGIC = b"\x00gpt-triton fake TensorRT plan\x00"
+# flags that change which kernels a layer may use, hence the fake timing-cache key
+_PRECISION_FLAGS = frozenset({"FP16", "BF16", "INT8", "FP8", "FP4", "INT4", "TF32", "STRICT_NANS"})
 
 
 def _io(tensor: Any) -> dict[str, Any]:
@@ -139,7 +141,7 @@ def _profiles(network: Any, config: Any) -> tuple[str, list[dict[str, dict[str, 
                 if len(dims) != len(network_dims):
                     return (f"Optimization profile {index}: {selector} dims {list(dims)} of {name!r} have rank "
                             f"{len(dims)}, the network input has rank {len(network_dims)}."), []
-                if any(n >= 0 and d != n for n, d in zip(network_dims, dims)):
+                if any(n >= 0 and d != n for n, d in zip(network_dims, dims, strict=False)):
                     return (f"Optimization profile {index}: {selector} dims {list(dims)} of {name!r} differ from "
                             f"its static dims {list(network_dims)}."), []
             profile[name] = {s: list(selectors[s]) for s in ("min", "opt", "max")}
@@ -154,7 +156,7 @@ def _profiles(network: Any, config: Any) -> tuple[str, list[dict[str, dict[str, 
 
 def _timing(ctx: Context, network: Any, config: Any, profiles: list[Any]) -> tuple[dict[str, Any], str]:
     flag = ctx.enum("BuilderFlag")
-    disabled = bool(config._flags & (1 << int(flag.DISABLE_TIMING_CACHE))) or config._level == 0
+    disabled = bool(config._flags & (1 << int(flag["DISABLE_TIMING_CACHE"]))) or config._level == 0
     attached = config._cache is not None
     record = {"attached": attached, "used": not disabled, "hits": 0, "misses": 0,
               "ignore_mismatch": config._cache_ignore}
@@ -162,7 +164,7 @@ def _timing(ctx: Context, network: Any, config: Any, profiles: list[Any]) -> tup
         return record, ""
     cache = config._cache if attached else load_timing_cache(ctx, b"")
     opt = {name: p["opt"] for name, p in profiles[0].items()} if profiles else {}
-    precision = [m.name for m in flag if config._flags & (1 << int(m))]
+    precision = [m.name for m in flag if m.name in _PRECISION_FLAGS and config._flags & (1 << int(m))]
     keys = []
     for layer in network._layers:
         signature = json.dumps([layer._op, [t._dtype.name for t in layer._inputs], layer.describe(), precision,

@@ -68,7 +68,7 @@ class IOptimizationProfileBase:
         index = _SELECTORS.index(selector)
         if index > 0:
             lower = current.get(_SELECTORS[index - 1])
-            if lower is not None and any(a > b for a, b in zip(lower, dims)):
+            if lower is not None and any(a > b for a, b in zip(lower, dims, strict=False)):
                 return False
         current[selector] = dims
         return True
@@ -76,7 +76,7 @@ class IOptimizationProfileBase:
     def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
         name = check_str(input, "set_shape")
         triple = [to_dims(v, "set_shape") for v in (min, opt, max)]
-        for selector, dims in zip(_SELECTORS, triple):
+        for selector, dims in zip(_SELECTORS, triple, strict=True):
             if not self._set(name, selector, dims):
                 raise RuntimeError(f"Shape provided for {selector} is inconsistent with other shapes.")
 

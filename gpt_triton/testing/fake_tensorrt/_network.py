@@ -1,7 +1,7 @@
-"""INetworkDefinition, ITensor, ILayer and the OnnxParser, over a model read for real with ``onnx``.
+"""INetworkDefinition, ITensor and ILayer, filled by the fake OnnxParser (``_onnx``) from a real ONNX model.
 
-Bindings followed: python/src/infer/pyGraph.cpp (ITensor, ILayer, INetworkDefinition) and
-python/src/parsers/pyOnnx.cpp (OnnxParser, ParserError) at the tags in ``_releases.RELEASES``.
+Bindings followed: python/src/infer/pyGraph.cpp (ITensor, ILayer, INetworkDefinition) at the tags in
+``_releases.RELEASES``.
 
 Modelled: network inputs/outputs with their ONNX names, element types and dims (``dim_param`` or a missing
 dim -> -1, i.e. dynamic); ONNX initializers are not inputs; one ILayer per ONNX node (named after the node,
@@ -20,66 +20,12 @@ IConstantLayer ...), so ``num_layers`` is the ONNX node count; ``ILayer.type``/`
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import onnx
-
 from gpt_triton.testing.fake_tensorrt._releases import at_least
-from gpt_triton.testing.fake_tensorrt._types import Context, Dims, as_buffer, check_enum, check_str, to_dims
+from gpt_triton.testing.fake_tensorrt._types import Context, Dims, check_enum, check_str, to_dims
 
-_ONNX_TO_TRT = {1: "FLOAT", 2: "UINT8", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 10: "HALF", 16: "BF16",
-                17: "FP8", 22: "INT4", 23: "FP4"}
 _DEPRECATED = "Deprecated in TensorRT 10.12. Superseded by strong typing."
-
-
-class ParseFailure(Exception):
-    def __init__(self, code: str, desc: str, node: int = -1, node_name: str = "", op: str = "") -> None:
-        super().__init__(desc)
-        self.code, self.desc, self.node, self.node_name, self.op = code, desc, node, node_name, op
-
-
-@dataclass
-class _Value:
-    dtype: str
-    shape: tuple[int, ...] | None
-
-
-def _dims(type_proto: onnx.TypeProto) -> tuple[int, ...] | None:
-    tensor = type_proto.tensor_type
-    if not tensor.HasField("shape"):
-        return None
-    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
-
-
-def _dtype(elem: int, ctx: Context, where: str) -> str:
-    name = _ONNX_TO_TRT.get(elem)
-    if name is None or name not in ctx.enum("DataType").__members__:
-        raise ParseFailure("UNSUPPORTED_GRAPH", f"{where}: ONNX element type {elem} has no TensorRT DataType here")
-    return name
-
-
-def read_graph(model: onnx.ModelProto, ctx: Context) -> dict[str, Any]:
-    """Inputs, outputs, nodes and value types of an ONNX model, in TensorRT terms."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # shape inference is a help, not a requirement
-        inferred = model
-    graph = inferred.graph
-    values: dict[str, _Value] = {}
-    for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
-        elem = vi.type.tensor_type.elem_type
-        values[vi.name] = _Value(_ONNX_TO_TRT.get(elem, "FLOAT"), _dims(vi.type))
-    for init in graph.initializer:
-        values[init.name] = _Value(_ONNX_TO_TRT.get(init.data_type, "FLOAT"), tuple(init.dims))
-    initializers = {i.name for i in graph.initializer}
-    inputs = [(vi.name, _dtype(vi.type.tensor_type.elem_type, ctx, vi.name), _dims(vi.type) or ())
-              for vi in graph.input if vi.name not in initializers]
-    outputs = [(vi.name, _dtype(vi.type.tensor_type.elem_type, ctx, vi.name), _dims(vi.type) or ())
-               for vi in graph.output]
-    nodes = [(n.name or f"{n.op_type}_{i}", n.op_type, list(n.input), list(n.output)) for i, n in enumerate(graph.node)]
-    return {"inputs": inputs, "outputs": outputs, "nodes": nodes, "values": values}
 
 
 class ITensorBase:
@@ -344,99 +290,6 @@ class INetworkDefinitionBase:
             out = tensor(name)
             out._dtype, out._shape = datatype[dtype], shape
             self._outputs.append(out)
-
-
-class ParserErrorBase:
-    __slots__ = ("_code", "_desc", "_func", "_node", "_node_name", "_op")
-    _ctx: Context
-
-    def __init__(self, code: Any, desc: str, func: str, node: int, node_name: str, op: str) -> None:
-        self._code, self._desc, self._func, self._node, self._node_name, self._op = code, desc, func, node, node_name, op
-
-    def code(self) -> Any:
-        return self._code
-
-    def desc(self) -> str:
-        return self._desc
-
-    def file(self) -> str:
-        return ""
-
-    def line(self) -> int:
-        return 0
-
-    def func(self) -> str:
-        return self._func
-
-    def node(self) -> int:
-        return self._node
-
-    def node_name(self) -> str:
-        return self._node_name
-
-    def node_operator(self) -> str:
-        return self._op
-
-    def __str__(self) -> str:  # pyOnnx.cpp parserErrorStr
-        info = f"({self._func}): {self._code.name}: {self._desc}"
-        if self._code.name in ("MODEL_DESERIALIZE_FAILED", "REFIT_FAILED"):
-            return info
-        return f"In node {self._node} with name: {self._node_name} and operator: {self._op} {info}"
-
-    __repr__ = __str__
-
-
-class OnnxParserBase:
-    __slots__ = ("_network", "_logger", "_errors")
-    _ctx: Context
-
-    def __init__(self, network: Any, logger: Any) -> None:
-        if not isinstance(network, self._ctx.classes["INetworkDefinition"]):
-            raise TypeError(f"__init__(): incompatible constructor arguments. Invoked with: {network!r}, {logger!r}")
-        self._network, self._logger, self._errors = network, logger, []
-
-    @property
-    def num_errors(self) -> int:
-        return len(self._errors)
-
-    def get_error(self, index: int) -> Any:
-        return self._errors[index] if 0 <= index < len(self._errors) else None
-
-    def clear_errors(self) -> None:
-        self._errors = []
-
-    def parse(self, model: Any, path: str | None = None) -> bool:
-        data = as_buffer(model, "parse")
-        return self._load(lambda: onnx.load_from_string(data), "parse")
-
-    def parse_from_file(self, model: str) -> bool:
-        path = check_str(model, "parse_from_file")
-        return self._load(lambda: onnx.load(path, load_external_data=False), "parseFromFile",
-                          missing=not Path(path).is_file())
-
-    def _load(self, loader: Any, func: str, missing: bool = False) -> bool:
-        error_cls = self._ctx.classes["ParserError"]
-        codes = self._ctx.enum("ErrorCode")
-        try:
-            if missing:
-                raise ParseFailure("MODEL_DESERIALIZE_FAILED", "Failed to parse ONNX model from file")
-            try:
-                proto = loader()
-                onnx.checker.check_model(proto)
-            except ParseFailure:
-                raise
-            except Exception as exc:
-                raise ParseFailure("MODEL_DESERIALIZE_FAILED", f"Failed to parse the ONNX model: {exc}") from exc
-            if self._network._layers or self._network._inputs:
-                raise ParseFailure("INVALID_GRAPH", "the network already holds a parsed model")
-            graph = read_graph(proto, self._ctx)
-        except ParseFailure as failure:
-            self._errors.append(error_cls(codes[failure.code], failure.desc, func, failure.node, failure.node_name,
-                                          failure.op))
-            self._ctx.emit(self._logger, "ERROR", str(self._errors[-1]))
-            return False
-        self._network.populate(graph)
-        return True
 
 
 def version_members(ctx: Context) -> dict[str, dict[str, Any]]:

@@ -177,7 +177,7 @@ class IExecutionContextBase:
             self._error(f"setInputShape: {name!r} is not an input tensor")
             return False
         low, _, high = (tuple(d) for d in engine.get_tensor_profile_shape(name, self._profile))
-        if len(dims) != len(low) or any(not lo <= d <= hi for lo, d, hi in zip(low, dims, high)):
+        if len(dims) != len(low) or any(not lo <= d <= hi for lo, d, hi in zip(low, dims, high, strict=False)):
             self._error(f"setInputShape: {name!r} {list(dims)} is outside profile {self._profile} "
                         f"[{list(low)}, {list(high)}]")
             return False

@@ -35,7 +35,7 @@ class PyEnum(enum.IntEnum):
 
 
 def make_enum(name: str, members: dict[str, int]) -> type[PyEnum]:
-    created: type[PyEnum] = PyEnum(name, list(members.items()))  # type: ignore[assignment]
+    created: type[PyEnum] = PyEnum(name, list(members.items()))  # type: ignore[arg-type, assignment, call-arg]
     return created
 
 
@@ -126,7 +126,7 @@ def to_dims(value: Any, func: str) -> tuple[int, ...]:
 
 
 class IHostMemory(bytes):
-    """``tensorrt.IHostMemory``: a host buffer (here immutable bytes) with ``nbytes`` and ``dtype``."""
+    """``tensorrt.IHostMemory``: a host buffer (here immutable bytes) with ``nbytes`` (``dtype`` is not modelled)."""
 
     @property
     def nbytes(self) -> int:
@@ -170,7 +170,7 @@ class Context:
             if members is not None:
                 self.enums[name] = make_enum(name, members)
         self.severity = make_enum("Severity", enum_members("Severity", self.key) or {})
-        self.classes: dict[str, type] = {}
+        self.classes: dict[str, Any] = {}
 
     def enum(self, name: str) -> type[PyEnum]:
         return self.enums[name]
@@ -206,7 +206,7 @@ def make_loggers(ctx: Context) -> tuple[type, type]:
 
         __slots__ = ("min_severity",)
 
-        def __init__(self, min_severity: Any = severity.WARNING) -> None:
+        def __init__(self, min_severity: Any = severity["WARNING"]) -> None:
             check_enum(min_severity, severity, "__init__")
             self.min_severity = min_severity
 
