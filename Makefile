@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEMO_MODEL := examples/models/conv_attention.onnx
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps demo test test-fast lint typecheck benchmarks clean
+.PHONY: setup system-deps demo test test-fast lint typecheck benchmarks clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ $(DEMO_MODEL): $(STAMP) gpt_triton/testing/models.py examples/make_models.py
 demo: setup $(DEMO_MODEL)
 	$(BIN)/gpt-triton tune $(DEMO_MODEL) --spec examples/demo.yaml --repository model_repository --out runs/demo
 
+
+# On a GPU node with TensorRT and the NGC Triton (docs/gpu.md); exits 2 saying what is missing elsewhere. Not in CI.
+TRITON_URL ?= localhost:8001
+TRITON_IMAGE ?=
+TENSORRT_VERSION ?=
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py --triton-url $(TRITON_URL) \
+	  $(if $(TRITON_IMAGE),--image $(TRITON_IMAGE)) $(if $(TENSORRT_VERSION),--tensorrt-version $(TENSORRT_VERSION))
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu and not cluster" $(PYTEST_ARGS)

@@ -1,5 +1,9 @@
 """Isolated builds: every route is built in a fresh child interpreter with a timeout and a memory limit.
 
+The memory limit is the child's address space (RLIMIT_AS) for CPU families; for GPU families (``device ==
+"gpu"``) it is their resident memory, watched from here: CUDA reserves a large virtual address range at start-up,
+which any address-space cap of a few GB makes fail, and Linux does not enforce RLIMIT_RSS at all.
+
 A child killed by a signal, one that runs past ``build_timeout_s`` and one that raises all mark their
 candidates ``crashed`` with the reason, and the run goes on (TensorRT's tuner forks one child per route for
 the same reason: compilers crash). Work is shared:
@@ -33,11 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from gpt_triton.core.outcomes import BuildOutcome
 from gpt_triton.core.records import BuildCost, Candidate
 from gpt_triton.core.routes import Artifact, BuildContext, Route
 from gpt_triton.core.spec import SearchSpec
-from gpt_triton.routes import FAMILIES
+from gpt_triton.routes import FAMILIES, ServingFamily
 from gpt_triton.routes._base import RouteFamily
 from gpt_triton.routes._common import files_sha256, full_knobs
 from gpt_triton.tuning_cache import TuningCache
@@ -63,9 +69,13 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _describe_exit(returncode: int, timed_out: bool, spec: SearchSpec, error: str | None, log: Path) -> str:
+def _describe_exit(returncode: int, timed_out: bool, spec: SearchSpec, error: str | None, log: Path,
+                   over_rss: int = 0) -> str:
     if timed_out:
         return f"timed out after {spec.build_timeout_s:g} s"
+    if over_rss:
+        return (f"killed: resident memory reached {over_rss / 2**20:.0f} MB, above the {spec.build_memory_mb} MB "
+                "limit (raise search.build_memory_mb)")
     if returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         hint = f" (possibly the {spec.build_memory_mb} MB memory limit)" if name in ("SIGKILL", "SIGABRT") else ""
@@ -89,6 +99,7 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
     job.write_text(json.dumps({
         "family": _class_path(family), "route": route.model_dump(), "context": context.model_dump(),
         "out_dir": str(tmp), "result": str(result), "memory_mb": spec.build_memory_mb,
+        "limit_address_space": family.device == "cpu",
     }))
     env = dict(os.environ)
     # The child must import what the parent could (a test's family, an editable checkout).
@@ -101,6 +112,8 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
             stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
         timed_out = False
+        over_rss = 0
+        rss_limit = spec.build_memory_mb * 2**20 if family.device == "gpu" else 0
         deadline = started + spec.build_timeout_s
         try:
             while True:
@@ -108,8 +121,11 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
                     break
-                if time.monotonic() > deadline:
-                    timed_out = True
+                if rss_limit:
+                    resident = _tree_rss(proc.pid)
+                    over_rss = resident if resident > rss_limit else 0
+                timed_out = not over_rss and time.monotonic() > deadline
+                if timed_out or over_rss:
                     _kill_group(proc.pid)
                     pid, status, usage = os.wait4(proc.pid, 0)
                     break
@@ -134,12 +150,26 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
             if Path(artifact.directory) == tmp:
                 artifact.directory = str(out_dir)
             return _ChildResult(artifact, None, seconds, peak)
-        reason = _describe_exit(proc.returncode, timed_out, spec, payload.get("error"), log)
+        reason = _describe_exit(proc.returncode, timed_out, spec, payload.get("error"), log, over_rss)
         return _ChildResult(None, reason, seconds, peak)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         job.unlink(missing_ok=True)
         result.unlink(missing_ok=True)
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a build child and every process it started (compilers fork workers)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:  # already gone: wait4 will say how it ended
+        return 0
+    total = 0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss
+    return total
 
 
 def _kill_group(pgid: int) -> None:
@@ -172,6 +202,8 @@ def build_candidates(
     restores first, then the rest in order). Candidates are read, never changed. Never raises for a build."""
     work_dir = Path(work_dir)
     artifacts, logs = work_dir / "artifacts", work_dir / "logs"
+    if context.cache_dir is None:  # caches builds share (TensorRT's timing cache) live beside the artifacts
+        context = context.model_copy(update={"cache_dir": str(artifacts)})
     todo: list[Candidate] = []
     ready: list[tuple[Candidate, Artifact]] = [
         (c, c.artifact) for c in candidates if c.status not in ("planned", "crashed") and c.artifact is not None]
@@ -190,7 +222,7 @@ def build_candidates(
     for candidate, artifact in ready:
         # Builds restored from the cache are reused by new routes with the same files (a resumed run).
         if candidate.family in families:
-            key = _build_key(candidate, families[candidate.family], context)
+            key = _build_key(candidate, families[candidate.family], context, families)
             shared.builds.setdefault(key, _ChildResult(artifact, None, 0.0, 0))
             shared.stored.setdefault(artifact.sha256, artifact.directory)
             shared.seen.add((artifact.sha256, json.dumps(artifact.runtime_options, sort_keys=True)))
@@ -233,7 +265,10 @@ def _build_one(
             cost.seconds, cost.peak_rss_bytes = graph.seconds, graph.peak_rss_bytes
         entry = Path(graph.artifact.directory) / graph.artifact.files[0]
         build_context = context.model_copy(update={"source_model": str(entry)})
-    build_key = _build_key(candidate, family, context)
+    batch = _serving_batch(candidate, family, context, families)
+    if batch is not None:
+        build_context = build_context.model_copy(update={"max_batch_size": batch[0], "opt_batch_size": batch[1]})
+    build_key = _build_key(candidate, family, context, families)
     if build_key not in builds:
         out = artifacts / f"{candidate.family}-{build_key}"
         child = run_isolated(family, candidate.route, build_context, out, spec, logs / f"{out.name}.log")
@@ -260,20 +295,52 @@ def _build_one(
     return BuildOutcome(candidate_id=candidate.id, status="built", artifact=artifact, build=cost)
 
 
-def _build_key(candidate: Candidate, family: RouteFamily, context: BuildContext) -> str:
-    """What decides a build's files: family, file-changing knobs, graph route and source model."""
+def _serving_batch(candidate: Candidate, family: RouteFamily, context: BuildContext,
+                   families: Mapping[str, RouteFamily]) -> tuple[int, int] | None:
+    """(max batch, opt batch) the candidate's serving route needs of a ``batch_in_build`` family's files; None
+    for other families.
+
+    max: what deploy writes as config.pbtxt's max_batch_size (the engine must take it). opt, the batch the
+    engine's kernels are timed at, is the batch the server will mostly run: without the dynamic batcher every
+    request runs as sent (the request's batch); with it, the largest preferred batch size the batcher aims for,
+    else max_batch_size, which it fills toward under load (where throughput is measured)."""
+    if not family.batch_in_build:
+        return None
+    model = context.model
+    request_batch = max((shape[0] for shape in context.shapes.values() if shape), default=1)
+    top = ServingFamily.resolved_max_batch_size(candidate.serving, model, request_batch)
+    if top <= 0:
+        return 0, 0
+    serving = families.get("serving")
+    knobs = full_knobs(serving, candidate.serving, model) if serving is not None else dict(candidate.serving.knobs)
+    opt = request_batch
+    if knobs.get("dynamic_batching"):
+        preferred = [int(b) for b in knobs.get("preferred_batch_sizes") or [] if 0 < int(b) <= top]
+        opt = max(preferred) if preferred else top
+    return top, min(max(opt, 1), top)
+
+
+def _build_key(candidate: Candidate, family: RouteFamily, context: BuildContext,
+               families: Mapping[str, RouteFamily] = FAMILIES) -> str:
+    """What decides a build's files: family, file-changing knobs, graph route and source model; and the serving
+    batch for families whose files depend on it (``batch_in_build``)."""
     knobs = full_knobs(family, candidate.route, context.model)
     shared = family.file_knobs
     file_part = {k: v for k, v in knobs.items() if shared is None or k in shared}
     graph_key = candidate.graph.key() if candidate.graph else ""
-    return _digest(candidate.family, file_part, graph_key, context.source_model or context.model.path)
+    parts: list[Any] = [candidate.family, file_part, graph_key, context.source_model or context.model.path]
+    batch = _serving_batch(candidate, family, context, families)
+    if batch is not None:
+        parts.append({"max_batch_size": batch[0], "opt_batch_size": batch[1]})
+    return _digest(*parts)
 
 
 # -- the child ----------------------------------------------------------------------------------------
 def _child(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
-    limit = int(job["memory_mb"]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if job.get("limit_address_space", True):  # GPU families: the parent watches resident memory instead
+        limit = int(job["memory_mb"]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     result = Path(job["result"])
     try:
         module_name, _, qualname = job["family"].partition(":")

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from gpt_triton import __version__
 from gpt_triton.core.records import Machine
+from gpt_triton.tensorrt_support import compatible
 
 # distribution name -> key in runtime_versions. Read from package metadata: importing the runtimes
 # themselves (openvino, tensorrt) costs seconds and may initialise devices.
@@ -40,14 +41,16 @@ _DISTRIBUTIONS = {
 # CPU flags that change which kernels a runtime picks (vector width, int8 dot products, bf16, AMX tiles).
 _KERNEL_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c", "sse4", "vnni")
 
-Status = Literal["valid", "rebuild", "retune"]
+Status = Literal["valid", "rebuild", "retune", "incompatible"]
 # Which runtime package an artifact's engine depends on.
 _RUNTIME_PACKAGES = {"onnxruntime": ["onnxruntime"], "openvino": ["openvino"], "tensorrt": ["tensorrt"]}
 
 
 class EnvVerdict(BaseModel):
     """``valid``: use as is. ``rebuild``: the engine must be rebuilt (same route) before it can be trusted.
-    ``retune``: the device differs, so the route choice itself should be re-tuned (which also rebuilds)."""
+    ``retune``: the device differs, so the route choice itself should be re-tuned (which also rebuilds).
+    ``incompatible``: the engine cannot run here at all (a TensorRT plan on another TensorRT, GPU model or
+    compute capability); no flag accepts it."""
 
     status: Status
     reasons: list[str] = Field(default_factory=list)
@@ -163,23 +166,57 @@ def _runtime_reasons(recorded: dict[str, Any], current: dict[str, Any], runtime:
     return reasons
 
 
-def _gpu_reasons(old: list[dict[str, str]], new: list[dict[str, str]]) -> tuple[list[str], list[str]]:
-    """(rebuild reasons, retune reasons) for a TensorRT engine, comparing the first GPU of each."""
+def tensorrt_fingerprint(builder: str | None, gpus: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """What a TensorRT plan is tied to, for its provenance: the builder's TensorRT version and the GPU it
+    was built on (name, compute capability, driver; the first GPU nvidia-smi lists unless ``gpus`` is given)."""
+    gpus = device_fingerprint()["gpus"] if gpus is None else gpus
+    return {"version": builder, "gpu": dict(gpus[0]) if gpus else None}
+
+
+def _same_tensorrt(built: str, served: str) -> bool:
+    try:
+        return compatible(built, served)
+    except ValueError:  # a version without major.minor.patch: only an exact match is known to load
+        return built == served
+
+
+def plan_verdict(recorded: dict[str, Any], serving_tensorrt: str | None, gpus: list[dict[str, str]]) -> EnvVerdict:
+    """Whether a TensorRT plan with provenance ``recorded`` (:func:`tensorrt_fingerprint`) runs on the
+    TensorRT ``serving_tensorrt`` and the first of ``gpus`` here.
+
+    ``incompatible`` (it cannot load, or may not: TensorRT refuses a plan from another version or compute
+    capability, and warns that one built on another GPU model "is likely to affect performance or even
+    cause errors") unless the TensorRT version, GPU model and compute capability all match; a changed
+    driver alone means ``rebuild``. Unknown is never taken for a match.
+    """
+    refuse: list[str] = []
+    built, old = recorded.get("version"), recorded.get("gpu")
+    if not built:
+        refuse.append("no TensorRT version was recorded for this plan: rebuild it where it will serve")
+    elif not serving_tensorrt:
+        refuse.append("which TensorRT serves here is unknown: pass --serving-image (an image the support table "
+                      "lists) or --tensorrt-version")
+    elif not _same_tensorrt(str(built), serving_tensorrt):
+        refuse.append(f"plan built by TensorRT {built}, this Triton runs TensorRT {serving_tensorrt}: a plan loads only "
+                      "on the TensorRT that built it; rebuild it with that TensorRT")
     if not old:
-        return [], ["no GPU was recorded for this TensorRT engine: re-tune on this GPU"]
-    if not new:
-        return ["no NVIDIA GPU here: a TensorRT engine cannot run"], []
-    rebuild, retune = [], []
-    if old[0].get("name") != new[0].get("name"):
-        retune.append(f"GPU changed {old[0].get('name')} -> {new[0].get('name')}: routes were tuned for the old GPU")
-    if old[0].get("compute_capability") != new[0].get("compute_capability"):
-        rebuild.append(
-            f"compute capability changed {old[0].get('compute_capability')} -> {new[0].get('compute_capability')}: "
-            "TensorRT plans are tied to it and will not load"
-        )
-    if old[0].get("driver") != new[0].get("driver"):
-        rebuild.append(f"GPU driver changed {old[0].get('driver')} -> {new[0].get('driver')}: rebuild the plan")
-    return rebuild, retune
+        refuse.append("no GPU was recorded for this plan: rebuild and re-tune on this GPU")
+    elif not gpus:
+        refuse.append("no NVIDIA GPU here: a TensorRT plan cannot run")
+    else:
+        new = gpus[0]
+        if old.get("compute_capability") != new.get("compute_capability"):
+            refuse.append(f"compute capability changed {old.get('compute_capability')} -> "
+                          f"{new.get('compute_capability')}: TensorRT plans are tied to it and will not load")
+        if old.get("name") != new.get("name"):
+            refuse.append(f"GPU changed {old.get('name')} -> {new.get('name')}: a plan is built and tuned for one "
+                          "GPU model; rebuild and re-tune on this one")
+        if not refuse and old.get("driver") != new.get("driver"):
+            return EnvVerdict(status="rebuild", reasons=[
+                f"GPU driver changed {old.get('driver')} -> {new.get('driver')}: rebuild the plan"])
+    if refuse:
+        return EnvVerdict(status="incompatible", reasons=refuse)
+    return EnvVerdict(status="valid", reasons=[])
 
 
 def _cpu_reasons(old: dict[str, Any], new: dict[str, Any], runtime: str) -> list[str]:
@@ -209,14 +246,14 @@ def compare_environment(recorded: dict[str, Any], current: dict[str, Any], runti
     """
     if not recorded or "device" not in recorded:
         return EnvVerdict(status="retune", reasons=["no environment was recorded for this version: re-tune here"])
-    rebuild = _runtime_reasons(recorded, current, runtime)
     old_device: dict[str, Any] = recorded.get("device") or {}
     new_device: dict[str, Any] = current.get("device") or {}
-    if runtime == "tensorrt":
-        gpu_rebuild, retune = _gpu_reasons(old_device.get("gpus") or [], new_device.get("gpus") or [])
-        rebuild += gpu_rebuild
-    else:
-        retune = _cpu_reasons(old_device, new_device, runtime)
+    if runtime == "tensorrt":  # the CPU does not matter to a plan; its TensorRT and GPU decide
+        old_gpus = old_device.get("gpus") or []
+        trt = tensorrt_fingerprint((recorded.get("runtime_versions") or {}).get("tensorrt"), old_gpus)
+        return plan_verdict(trt, (current.get("runtime_versions") or {}).get("tensorrt"), new_device.get("gpus") or [])
+    rebuild = _runtime_reasons(recorded, current, runtime)
+    retune = _cpu_reasons(old_device, new_device, runtime)
     if retune:
         return EnvVerdict(status="retune", reasons=retune + rebuild)
     if rebuild:

@@ -94,3 +94,37 @@ def images_for_tensorrt(version: str) -> list[str]:
     matches = [e for e in load()["images"] if compatible(version, str(e["tensorrt"]))]
     matches.sort(key=lambda e: (e["release"], e["image"]), reverse=True)
     return [str(e["image"]) for e in matches]
+
+
+def serving_tensorrt(image: str, pinned: str | None = None) -> str | None:
+    """The TensorRT ``image`` serves with: ``pinned`` (``server.tensorrt_version``) when given, else the
+    table's entry; None when neither knows (never a guess from a neighbouring release)."""
+    return pinned or tensorrt_for_image(image)
+
+
+def builder_version() -> str | None:
+    """``tensorrt.__version__`` of the builder in this process; None when TensorRT cannot be imported."""
+    try:
+        import tensorrt
+    except Exception:  # any import failure: no builder here (the family says why)
+        return None
+    version = getattr(tensorrt, "__version__", None)
+    return str(version) if version else None
+
+
+def check_builder(builder: str | None, image: str, pinned: str | None = None) -> str | None:
+    """Why plans built by TensorRT ``builder`` cannot be promoted to ``image``; None when they can (or when
+    there is no builder, which the tensorrt family's own availability explains). One line, with the fix."""
+    if builder is None:
+        return None
+    served = serving_tensorrt(image, pinned)
+    if served is None:
+        return (f"the TensorRT of serving image {image} is unknown (gpt_triton/data/tensorrt_support.json has no "
+                f"sourced entry for {normalize_image(image)}): pin it with server.tensorrt_version (read it in the "
+                "image: dpkg -l | grep libnvinfer) or set server.image to a listed image")
+    if not compatible(builder, served):
+        images = images_for_tensorrt(builder)
+        where = f"server.image to one of {', '.join(images[:3])}" if images else f"server.image to an image with TensorRT {builder}"
+        return (f"builder TensorRT {builder} cannot build plans for {image} (TensorRT {served}): install "
+                f"tensorrt=={served} for the builder or set {where}")
+    return None

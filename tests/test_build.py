@@ -1,9 +1,11 @@
 """Isolated builds: a crash, an abort, a hang, an exception and a memory blow-up each mark only their own
-candidate crashed; work is shared and deduplicated; a resumed run takes builds from the tuning cache."""
+candidate crashed; work is shared and deduplicated; a resumed run takes builds from the tuning cache; GPU families
+get a resident-memory watchdog instead of an address-space limit; TensorRT engines are built per serving batch."""
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import threading
@@ -19,9 +21,11 @@ from gpt_triton.core.outcomes import apply_outcomes
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact
 from gpt_triton.core.spec import SearchSpec, TuneSpec
-from gpt_triton.routes import FAMILIES, BuildContext, Knob, Route, RouteFamily
+from gpt_triton.routes import FAMILIES, BuildContext, Knob, Route, RouteFamily, TensorRtFamily
 from gpt_triton.routes._common import copy_file, make_artifact, source_model
+from gpt_triton.routes._tensorrt import Gpu
 from gpt_triton.search import candidate_id
+from gpt_triton.testing import fake_tensorrt
 from gpt_triton.testing.models import build_tiny_mlp
 from gpt_triton.tuning_cache import TuningCache, make_header
 
@@ -90,8 +94,46 @@ class CopyFamily(_TestFamily):
         return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], {})
 
 
+class LimitsFamily(_TestFamily):
+    """Copies the model and notes the build child's address-space limit."""
+
+    name = "test_limits"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        copy_file(source_model(context), out_dir / "model.onnx")
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+        return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], {}, [f"RLIMIT_AS={soft}"])
+
+
+class GpuLimitsFamily(LimitsFamily):
+    name = "test_gpu_limits"
+    device = "gpu"
+
+
+class GpuMemoryFamily(_TestFamily):
+    """Grows resident memory to 2 GB, then waits: only the parent's watchdog (or the timeout) ends it."""
+
+    name = "test_gpu_memory"
+    device = "gpu"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        chunks = [bytearray(b"\x01") * 2**24 for _ in range(128)]  # written, hence resident, 16 MB at a time
+        threading.Event().wait()
+        raise AssertionError(f"held {len(chunks)} chunks")
+
+
+class FakeTensorRtFamily(TensorRtFamily):
+    """The production family over FakeTensorRT 10.13; a class, so the build child constructs the same one."""
+
+    def __init__(self) -> None:
+        trt = fake_tensorrt.module("10.13")
+        super().__init__(tensorrt=lambda: trt, gpu=lambda: Gpu("Fake GPU", "8.9"))
+
+
 TEST_FAMILIES: dict[str, RouteFamily] = {
-    **FAMILIES, **{f.name: f for f in (SegfaultFamily(), AbortFamily(), HangFamily(), RaiseFamily(), MemoryFamily(), CopyFamily())}
+    **FAMILIES, **{f.name: f for f in (SegfaultFamily(), AbortFamily(), HangFamily(), RaiseFamily(), MemoryFamily(), CopyFamily(),
+                                       LimitsFamily(), GpuLimitsFamily(), GpuMemoryFamily())}
 }
 
 
@@ -200,3 +242,44 @@ def test_resume_takes_builds_and_crashes_from_the_cache(context: BuildContext, t
     assert again[3].status == "built"
     assert [p.name.split("-")[0] for p in (tmp_path / "work" / "logs").glob("*.log")] == ["onnxruntime"]
     assert Path(again[0].artifact.directory, "model.onnx").is_file()
+
+
+def test_gpu_build_children_get_no_address_space_limit(context: BuildContext, tmp_path: Path) -> None:
+    """CUDA reserves far more virtual memory than any RLIMIT_AS a build could have; GPU builds are capped on RSS."""
+    spec = SearchSpec(build_memory_mb=2048)
+    cpu, gpu = candidate("test_limits"), candidate("test_gpu_limits")
+    apply_outcomes([cpu, gpu], build_candidates([cpu, gpu], context, tmp_path, spec, families=TEST_FAMILIES))
+    assert cpu.artifact and cpu.artifact.notes == [f"RLIMIT_AS={2048 * 2**20}"]
+    assert gpu.artifact and gpu.artifact.notes == [f"RLIMIT_AS={resource.RLIM_INFINITY}"]
+
+
+def test_gpu_build_over_its_resident_memory_limit_is_killed(context: BuildContext, tmp_path: Path) -> None:
+    hog = candidate("test_gpu_memory")
+    spec = SearchSpec(build_memory_mb=256, build_timeout_s=120)
+    apply_outcomes([hog], build_candidates([hog], context, tmp_path, spec, families=TEST_FAMILIES))
+    assert hog.status == "crashed"
+    assert (hog.reason or "").startswith("killed: resident memory reached") and "256 MB limit" in (hog.reason or "")
+    assert no_temp_dirs(tmp_path)
+
+
+def test_tensorrt_engines_are_built_for_their_serving_batch(context: BuildContext, tmp_path: Path) -> None:
+    families = {**TEST_FAMILIES, "tensorrt": FakeTensorRtFamily()}
+    wide = candidate("tensorrt", serving={"max_batch_size": 16})
+    default = candidate("tensorrt")  # max_batch_size None: 8
+    same_batch = candidate("tensorrt", serving={"instance_count": 2})
+    batched = candidate("tensorrt", serving={"dynamic_batching": True, "preferred_batch_sizes": [4]})
+    cands = [wide, default, same_batch, batched]
+    apply_outcomes(cands, build_candidates(cands, context, tmp_path, SearchSpec(), families=families))
+    assert [c.status for c in cands] == ["built"] * 4, [c.reason for c in cands]
+    assert len(list((tmp_path / "logs").glob("tensorrt-*.log"))) == 3  # same_batch shares default's engine
+    headers = {c.id: fake_tensorrt.describe_engine(Path(c.artifact.directory, "model.plan").read_bytes())
+               for c in cands if c.artifact}
+    assert headers[wide.id]["profiles"] == [{"x": {"min": [1, 16], "opt": [1, 16], "max": [16, 16]}}]
+    assert headers[default.id]["profiles"] == [{"x": {"min": [1, 16], "opt": [1, 16], "max": [8, 16]}}]
+    assert headers[batched.id]["profiles"] == [{"x": {"min": [1, 16], "opt": [4, 16], "max": [8, 16]}}]
+    assert same_batch.artifact and default.artifact and same_batch.artifact.directory == default.artifact.directory
+    assert batched.artifact and batched.artifact.engine["max_batch_size"] == 8 and batched.artifact.engine["opt_batch_size"] == 4
+    # One timing cache for the run: the second child found the first one's timings (same opt shape).
+    assert headers[default.id]["timing_cache"]["hits"] == headers[wide.id]["timing_cache"]["misses"] > 0
+    caches = list((tmp_path / "artifacts" / "tensorrt-timing-cache").glob("*.cache"))
+    assert [p.name for p in caches] == ["trt-10.13.3.9-sm89.cache"]

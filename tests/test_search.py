@@ -12,8 +12,9 @@ import pytest
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo, inspect_model
 from gpt_triton.core.records import Candidate
+from gpt_triton.core.routes import Artifact, BuildContext, Knob, Route
 from gpt_triton.core.spec import TuneSpec
-from gpt_triton.routes import FAMILIES
+from gpt_triton.routes import FAMILIES, RouteFamily
 from gpt_triton.search import (
     STRATEGIES,
     CandidateSearch,
@@ -224,3 +225,70 @@ def test_plan_counts_are_exact_per_mode(model: ModelInfo) -> None:
         search.tell(planned, lambda c: None)
         planned += search.ask()
         assert counts["modes"][mode] == len(planned), mode
+
+
+# --- families the server cannot serve are not planned (and the run says why) ---------------------------------
+
+class _AvailablePlanFamily(RouteFamily):
+    """A compiler available here whose artifacts (TensorRT plans) only a server's tensorrt backend runs."""
+
+    name = "plans"
+    runtime = "tensorrt"
+
+    def availability(self) -> tuple[bool, str]:
+        return True, ""
+
+    def knobs(self, model: ModelInfo) -> list[Knob]:
+        return [Knob(name="level", values=[1, 2], default=1)]
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        raise NotImplementedError
+
+
+def test_families_the_server_cannot_serve_are_not_planned(model: ModelInfo) -> None:
+    families = {"onnxruntime": FAMILIES["onnxruntime"], "plans": _AvailablePlanFamily(), "serving": FAMILIES["serving"]}
+    spec = TuneSpec.model_validate({"search": {"mode": "fast"}})
+    assert any(c.family == "plans" for c in CandidateSearch(spec, model, families).ask())
+    search = CandidateSearch(spec, model, families, unavailable={"plans": "the Triton server has no tensorrt backend"})
+    assert {c.family for c in search.ask()} == {"onnxruntime"}
+    assert "plans: unavailable here (the Triton server has no tensorrt backend)" in search.decisions
+    # A family's own unavailability is what the run reports first.
+    search = CandidateSearch(spec, model, FAMILIES, unavailable={"openvino": "the server says no"})
+    assert not any(c.family == "openvino" for c in search.ask())
+    assert "openvino: unavailable here (the server says no)" in search.decisions
+    if not FAMILIES["tensorrt"].availability()[0]:
+        search = CandidateSearch(spec, model, FAMILIES, unavailable={"tensorrt": "the server says no"})
+        assert not any("the server says no" in d for d in search.decisions)
+
+
+class _Server:
+    def __init__(self, native_backends: frozenset[str]) -> None:
+        self.native_backends = native_backends
+
+
+def test_the_pipeline_plans_plans_only_for_a_server_and_image_that_run_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 7: no tensorrt backend, no plans (the run goes on with the rest). Item 4: the builder's TensorRT
+    must be the one the serving image ships; an image the support table does not know is not guessed."""
+    from gpt_triton import pipeline
+    from gpt_triton.core.spec import DEFAULT_TRITON_IMAGE
+    from gpt_triton.k8s.render import TRITON_IMAGE
+    from gpt_triton.testing import fake_tensorrt
+
+    assert DEFAULT_TRITON_IMAGE == TRITON_IMAGE  # the spec's serving image is the chart's sidecar
+    embedded = pipeline._unusable_families(TuneSpec(), _Server(frozenset()))  # type: ignore[arg-type]
+    assert list(embedded) == ["tensorrt"] and "has no tensorrt backend (it has only python)" in embedded["tensorrt"]
+
+    monkeypatch.setattr(type(FAMILIES["tensorrt"]), "availability", lambda self: (True, ""))
+    ngc = _Server(frozenset({"onnxruntime", "openvino", "tensorrt"}))
+    with fake_tensorrt.installed("10.13"):  # builder TensorRT 10.13.3.9
+        unknown = pipeline._unusable_families(TuneSpec(), ngc)  # type: ignore[arg-type]
+        assert "the TensorRT of serving image nvcr.io/nvidia/tritonserver:24.10-py3 is unknown" in unknown["tensorrt"]
+        assert "pin it with server.tensorrt_version" in unknown["tensorrt"]
+        pinned = TuneSpec.model_validate({"server": {"tensorrt_version": "10.13.3.9"}})
+        assert pipeline._unusable_families(pinned, ngc) == {}  # type: ignore[arg-type]
+        listed = TuneSpec.model_validate({"server": {"image": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"}})
+        assert pipeline._unusable_families(listed, ngc) == {}  # type: ignore[arg-type]
+        older = TuneSpec.model_validate({"server": {"image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3"}})
+        reason = pipeline._unusable_families(older, ngc)["tensorrt"]  # type: ignore[arg-type]
+        assert reason.startswith("builder TensorRT 10.13.3.9 cannot build plans for nvcr.io/nvidia/tritonserver:25.10")
+        assert "install tensorrt==10.11.0.33" in reason and "26.02-trtllm-python-py3" in reason

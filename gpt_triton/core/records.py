@@ -29,6 +29,9 @@ class DeployInfo(BaseModel):
     backend: str  # "python" (our adapter) or a native backend: "onnxruntime", "openvino", "tensorrt"
     adapter: bool  # True when the python-backend runtime adapter serves the artifact
     config_pbtxt: str = ""
+    # Where the written config serves differently from what the serving route asked, and why (e.g. the
+    # dynamic batcher Triton's native backends add to every batched config without a scheduler).
+    notes: list[str] = Field(default_factory=list)
 
 
 class Candidate(BaseModel):

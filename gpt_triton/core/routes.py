@@ -47,6 +47,11 @@ class BuildContext(BaseModel):
     max_batch_size: int = 0  # 0: the model is served without Triton batching
     calibration_npz: str | None = None  # tuning split inputs (npz of name -> stacked array), for int8 calibration
     source_model: str | None = None  # the ONNX file to start from (a graph rewrite's output), default model.path
+    # The batch an engine is tuned for (TensorRT's profile "opt"), set by the build stage with max_batch_size for
+    # families whose files depend on the serving batch (RouteFamily.batch_in_build); None: the request batch.
+    opt_batch_size: int | None = None
+    # Where the builds of one run share caches (TensorRT's timing cache); None: the build directory's parent.
+    cache_dir: str | None = None
 
 
 class Artifact(BaseModel):
@@ -61,3 +66,6 @@ class Artifact(BaseModel):
     sha256: str = ""  # over the files' bytes, in order
     size_bytes: int = 0
     notes: list[str] = Field(default_factory=list)  # e.g. "fp16: kept Resize in fp32"
+    # What a device-specific engine was built with, for deploy/verify to compare with the server; {} for portable
+    # artifacts. TensorRT's keys are listed in gpt_triton.routes._tensorrt (ENGINE_KEYS).
+    engine: dict[str, Any] = Field(default_factory=dict)

@@ -106,10 +106,37 @@ class PromotionSpec(_Strict):
     require_gain: bool = True  # promote the baseline unless the re-measured interval excludes 1.0
 
 
+# The NGC Triton image production serves with: the chart's sidecar (gpt_triton.k8s.render.TRITON_IMAGE; a
+# test keeps the two equal). core imports no stage, so the default is written here too.
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+_TENSORRT_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")
+
+
 class ServerSpec(_Strict):
     triton_url: str | None = None  # HOST:PORT (gRPC) of an existing server; None starts an embedded one
-    # Backends the server has besides python (the NGC image has onnxruntime, openvino, tensorrt_plan).
+    # Backends the server has besides python (the NGC image has onnxruntime, openvino, tensorrt).
     native_backends: list[str] | None = None  # None: embedded -> [], remote -> probe
+    # The Triton image that serves the promoted model. A TensorRT plan runs only on the TensorRT that built
+    # it: the tensorrt family is planned only when the builder's TensorRT is the one this image ships
+    # (gpt_triton/data/tensorrt_support.json says which, for the images it has a source for).
+    image: str = DEFAULT_TRITON_IMAGE
+    # The TensorRT version ``image`` ships (major.minor.patch[.build]), for an image the table does not
+    # list: read it in the image (dpkg -l | grep libnvinfer). None: from the table, or unknown.
+    tensorrt_version: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("give the serving Triton image, e.g. nvcr.io/nvidia/tritonserver:24.10-py3")
+        return value.strip()
+
+    @field_validator("tensorrt_version")
+    @classmethod
+    def _tensorrt_version(cls, value: str | None) -> str | None:
+        if value is not None and not _TENSORRT_VERSION.match(value.strip()):
+            raise ValueError(f"{value!r} is not a TensorRT version: give major.minor.patch[.build], e.g. 10.5.0.18")
+        return value.strip() if value is not None else None
 
 
 class TuneSpec(_Strict):

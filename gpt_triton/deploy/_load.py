@@ -1,6 +1,8 @@
 """The deploy stage: write each built candidate as a Triton model in the staging repository and load it.
 
-A load failure disqualifies that candidate (``failed``, with the server's reason), not the run.
+A candidate this server cannot serve as asked (:class:`~gpt_triton.deploy.UnservableError`: a TensorRT plan
+on a Triton without the tensorrt backend, a GPU serving knob its backend cannot apply, a plan that disagrees
+with its config) and a load failure disqualify that candidate (``failed``, with the reason), not the run.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.outcomes import DeployOutcome
 from gpt_triton.core.records import Candidate
-from gpt_triton.deploy._config import choose_backend, write_model
+from gpt_triton.deploy._config import UnservableError, choose_backend, write_model
 from gpt_triton.server import ModelLoadError, TritonServer
 
 
@@ -28,9 +30,13 @@ def deploy_candidates(
     for candidate in candidates:
         if candidate.artifact is None or candidate.status in ("crashed", "failed"):
             continue
-        backend = choose_backend(candidate.artifact, server.native_backends)
         name = f"c_{candidate.id}{suffix}"
-        info = write_model(staging, name, model, shapes, candidate.artifact, candidate.serving, backend)
+        try:
+            backend = choose_backend(candidate.artifact, server.native_backends)
+            info = write_model(staging, name, model, shapes, candidate.artifact, candidate.serving, backend)
+        except UnservableError as exc:
+            yield DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"not servable here: {exc}")
+            continue
         try:
             server.load(staging / name)
         except ModelLoadError as exc:

@@ -1,7 +1,12 @@
 """``gpt-triton verify REPO``: signatures of every version, and whether each is valid on this machine.
 
 Exit codes: 0 all signed and valid here; 1 signatures fine but some version must be rebuilt or re-tuned
-(unless --allow-drift); 2 a tampered, missing or unsigned file, or a usage error (named on stderr).
+(unless --allow-drift); 2 a tampered, missing or unsigned file, a TensorRT plan that cannot run here (built by
+another TensorRT, or on another GPU model or compute capability: --allow-drift does not cover it), or a
+usage error (named on stderr).
+
+A plan is checked against the TensorRT of the serving Triton: ``--serving-image`` (looked up in
+gpt_triton/data/tensorrt_support.json) or ``--tensorrt-version``; without either, this machine's ``tensorrt``.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from pathlib import Path
 
 from gpt_triton.core.errors import GptTritonError
 
-_VERDICT_TEXT = {"valid": "valid here", "rebuild": "must be rebuilt", "retune": "should be re-tuned"}
-_VERDICT_STYLE = {"valid": "green", "rebuild": "red", "retune": "yellow"}
+_VERDICT_TEXT = {"valid": "valid here", "rebuild": "must be rebuilt", "retune": "should be re-tuned",
+                 "incompatible": "cannot run here"}
+_VERDICT_STYLE = {"valid": "green", "rebuild": "red", "retune": "yellow", "incompatible": "red"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,7 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("repository", type=Path, help="the production Triton model repository")
     parser.add_argument("--model", help="only this model (default: every model in the repository)")
     parser.add_argument("--signing-key-file", help="HMAC secret (hex or raw) or Ed25519 public key (PEM); default: $GPT_TRITON_SIGNING_KEY or the file in $GPT_TRITON_SIGNING_KEY_FILE")
-    parser.add_argument("--allow-drift", action="store_true", help="exit 0 even when a version must be rebuilt or re-tuned here")
+    parser.add_argument("--allow-drift", action="store_true",
+                        help="exit 0 even when a version must be rebuilt or re-tuned here (never for a plan that cannot run)")
+    serving = parser.add_mutually_exclusive_group()
+    serving.add_argument("--serving-image", help="the Triton image that serves the repository: its TensorRT (from the "
+                         "support table) is what TensorRT plans are checked against")
+    serving.add_argument("--tensorrt-version", help="the TensorRT version of the serving Triton (major.minor.patch[.build])")
     parser.set_defaults(func=run)
 
 
@@ -36,11 +47,18 @@ def run(args: argparse.Namespace) -> int:
 
     from gpt_triton.promote.signing import load_signing_key
     from gpt_triton.promote.verify import verify_repository
+    from gpt_triton.tensorrt_support import tensorrt_for_image
 
     key = load_signing_key(args.signing_key_file)
     if not key:
         raise GptTritonError("no signing key: set GPT_TRITON_SIGNING_KEY or pass --signing-key-file")
-    checks = verify_repository(args.repository, args.model, key)
+    serving_tensorrt = args.tensorrt_version
+    if args.serving_image:
+        serving_tensorrt = tensorrt_for_image(args.serving_image)
+        if serving_tensorrt is None:
+            raise GptTritonError(f"the TensorRT of {args.serving_image} is unknown (not in the support table): pass "
+                                 "--tensorrt-version instead (read it in the image: dpkg -l | grep libnvinfer)")
+    checks = verify_repository(args.repository, args.model, key, serving_tensorrt)
 
     table = Table(title=f"gpt-triton verify {args.repository}")
     for column in ("model", "version", "runtime", "signatures", "environment", "reasons"):
@@ -60,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
     failed = [c for c in checks if not c.signed_ok]
     if failed:
         raise GptTritonError(str(failed[0].signature_error))
+    refused = [c for c in checks if c.verdict.status == "incompatible"]
+    if refused:
+        first = refused[0]
+        raise GptTritonError(
+            f"{len(refused)} version(s) cannot run here; first {first.model}/{first.version} ({first.runtime}): "
+            f"{first.verdict.reasons[0]} (--allow-drift does not cover this)")
     drifted = [c for c in checks if c.verdict.status != "valid"]
     if drifted and not args.allow_drift:
         first = drifted[0]

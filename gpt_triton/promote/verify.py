@@ -1,4 +1,11 @@
-"""Check a production repository: every version's signatures, and whether its engine is valid here."""
+"""Check a production repository: every version's signatures, and whether its engine is valid here.
+
+A TensorRT plan is checked against the serving environment, not only the machine: the TensorRT that serves
+here (``serving_tensorrt``: given by the caller from the serving image or a pinned version, else this
+machine's ``tensorrt``) and this machine's GPU. A plan on another TensorRT, GPU model or compute
+capability is ``incompatible``: it cannot (or may not) load, and ``gpt-triton verify`` refuses it whatever
+``--allow-drift`` says.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.environment import EnvVerdict, compare_environment, environment_fingerprint
+from gpt_triton.environment import (
+    EnvVerdict,
+    compare_environment,
+    environment_fingerprint,
+    plan_verdict,
+    tensorrt_fingerprint,
+)
 from gpt_triton.promote.repository import CONFIG_FILE, PROMOTED_CONFIG_FILE, PROVENANCE_FILE, list_versions
 from gpt_triton.promote.signing import verify_version_dir
+from gpt_triton.tensorrt_support import builder_version
 
 RUNTIME_FILE = "gpt_triton_runtime.json"  # written by the deploy module next to the adapter
 
@@ -63,10 +77,26 @@ def _models(repository: Path, model: str | None) -> list[Path]:
     return sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def check_version(model: str, version_dir: Path, key: bytes, current: dict[str, Any]) -> VersionCheck:
+def _plan_record(provenance: dict[str, Any]) -> dict[str, Any]:
+    """The plan's TensorRT and GPU: its ``tensorrt`` provenance, else what the environment recorded."""
+    recorded = provenance.get("tensorrt")
+    if isinstance(recorded, dict):
+        return recorded
+    environment = provenance.get("environment") or {}
+    gpus = (environment.get("device") or {}).get("gpus") or []
+    return tensorrt_fingerprint((environment.get("runtime_versions") or {}).get("tensorrt"), gpus)
+
+
+def check_version(model: str, version_dir: Path, key: bytes, current: dict[str, Any],
+                  serving_tensorrt: str | None = None) -> VersionCheck:
+    """``serving_tensorrt``: the TensorRT that serves here, for a plan (default: this machine's)."""
     provenance = _read_json(version_dir / PROVENANCE_FILE)
     runtime = _runtime_of(version_dir, provenance)
-    verdict = compare_environment(provenance.get("environment") or {}, current, runtime)
+    if runtime == "tensorrt":
+        here = serving_tensorrt or (current.get("runtime_versions") or {}).get("tensorrt")
+        verdict = plan_verdict(_plan_record(provenance), here, (current.get("device") or {}).get("gpus") or [])
+    else:
+        verdict = compare_environment(provenance.get("environment") or {}, current, runtime)
     check = VersionCheck(model=model, version=int(version_dir.name), path=version_dir, runtime=runtime, verdict=verdict)
     try:
         verify_version_dir(version_dir, key)
@@ -104,13 +134,20 @@ def check_model_config(newest: VersionCheck) -> None:
         )
 
 
-def verify_repository(repository: Path, model: str | None, key: bytes) -> list[VersionCheck]:
-    """One check per version of every model (or of ``model``) in ``repository``; raises when none exist."""
+def verify_repository(repository: Path, model: str | None, key: bytes,
+                      serving_tensorrt: str | None = None) -> list[VersionCheck]:
+    """One check per version of every model (or of ``model``) in ``repository``; raises when none exist.
+
+    ``serving_tensorrt``: the TensorRT of the Triton that serves this repository (default: the
+    ``tensorrt`` of this machine), against which TensorRT plans are checked."""
     repository = Path(repository)
     current = environment_fingerprint()
+    if serving_tensorrt is None:
+        serving_tensorrt = builder_version()
     checks: list[VersionCheck] = []
     for model_dir in _models(repository, model):
-        model_checks = [check_version(model_dir.name, model_dir / str(v), key, current) for v in list_versions(model_dir)]
+        model_checks = [check_version(model_dir.name, model_dir / str(v), key, current, serving_tensorrt)
+                        for v in list_versions(model_dir)]
         if model_checks:
             check_model_config(model_checks[-1])
         checks += model_checks

@@ -1,4 +1,6 @@
-"""ONNX Runtime on CPU: session options (runtime only) and precision rewrites (new model files).
+"""ONNX Runtime: on CPU, session options (runtime only) and precision rewrites (new model files); on a
+GPU (:class:`OnnxRuntimeGpuFamily`), the CUDA or TensorRT execution provider served by Triton's
+onnxruntime backend.
 
 Facts this family is built on (ANCHORS.md): ``ORT_ENABLE_ALL`` is the main lever; spinning matters when
 sessions share cores; static int8 with unsigned activations (u8s8) beat s8s8 by 2-4x; fp16 conversion
@@ -8,6 +10,7 @@ degrade gracefully when symbolic shape inference fails.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +257,78 @@ def _quantize(context: BuildContext, target: Path, out_dir: Path, *, static: boo
         leftover.unlink()
     work.rmdir()
     return notes
+
+
+_GPU_PROVIDERS = {
+    "cuda": ["CUDAExecutionProvider"],
+    # ORT's own order: TensorRT takes the subgraphs it can, CUDA the rest (Triton's backend does the same).
+    "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider"],
+}
+TRT_WORKSPACE_BYTES = 1 << 30  # written explicitly: ORT's default changed across releases, the backend's is 1 GiB
+
+
+def _nvidia_gpu() -> tuple[bool, str]:
+    if shutil.which("nvidia-smi") is None and not Path("/dev/nvidia0").exists():
+        return False, "no NVIDIA GPU on this machine (the tuner runs next to the GPU Triton it tunes)"
+    return True, ""
+
+
+class OnnxRuntimeGpuFamily(RouteFamily):
+    """ONNX Runtime on a GPU, served by Triton's onnxruntime backend on KIND_GPU instances: the CUDA
+    execution provider, or TensorRT's with CUDA as its fallback. The runtime options carry the providers
+    and their options; ``OnnxRuntime.native_config`` maps them to the backend's
+    ``optimization { execution_accelerators { gpu_execution_accelerator ... } }``. Building writes only
+    the ONNX file (fp32, or fp16 with fp32 I/O), so it needs no GPU; serving does."""
+
+    name = "onnxruntime_gpu"
+    kind = "compiler"
+    runtime = "onnxruntime"
+    file_knobs = ("precision",)
+    conditional = {
+        "trt_precision": ("execution_provider", ("tensorrt",)),
+        "cudnn_conv_algo_search": ("execution_provider", ("cuda",)),
+    }
+
+    def availability(self) -> tuple[bool, str]:
+        return _nvidia_gpu()
+
+    def knobs(self, model: ModelInfo) -> list[Knob]:
+        return [
+            Knob(name="execution_provider", values=list(_GPU_PROVIDERS), default="cuda",
+                 help="cuda: CUDA EP; tensorrt: TensorRT EP with CUDA as its fallback (onnxruntime backend accelerator)"),
+            Knob(name="precision", values=["fp32", "fp16"], default="fp32",
+                 help="model file: fp32, or fp16 (onnxconverter-common, fp32 I/O)"),
+            Knob(name="trt_precision", values=["fp32", "fp16"], default="fp32",
+                 help="with the TensorRT EP: its precision_mode (trt_fp16_enable)"),
+            Knob(name="cudnn_conv_algo_search", values=["EXHAUSTIVE", "HEURISTIC", "DEFAULT"], default="EXHAUSTIVE",
+                 help="with the CUDA EP: how cuDNN picks convolution algorithms"),
+            Knob(name="graph_optimization_level", values=list(_LEVELS), default="all", help="ORT graph optimisation level"),
+        ]
+
+    def runtime_options(self, route: Route, model: ModelInfo) -> dict[str, Any]:
+        k = full_knobs(self, route, model)
+        providers = _GPU_PROVIDERS[k["execution_provider"]]
+        provider_options: dict[str, dict[str, str]] = {}
+        if k["execution_provider"] == "tensorrt":
+            provider_options["TensorrtExecutionProvider"] = {
+                "trt_fp16_enable": "1" if k["trt_precision"] == "fp16" else "0",
+                "trt_max_workspace_size": str(TRT_WORKSPACE_BYTES),
+            }
+        else:
+            provider_options["CUDAExecutionProvider"] = {"cudnn_conv_algo_search": str(k["cudnn_conv_algo_search"])}
+        return {
+            "providers": list(providers),
+            "provider_options": provider_options,
+            "session_options": {"graph_optimization_level": _LEVELS[k["graph_optimization_level"]]},
+        }
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        k = full_knobs(self, route, context.model)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / "model.onnx"
+        notes: list[str] = []
+        if k["precision"] == "fp16":
+            notes += _convert_fp16(source_model(context), target, [])
+        else:
+            copy_file(source_model(context), target)
+        return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], self.runtime_options(route, context.model), notes)

@@ -34,7 +34,9 @@ def _value(value: Any) -> str:
 
 
 def family_table(model: ModelInfo, spec: TuneSpec, counts: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per family: kind, availability, knobs, and routes per search mode (from ``plan_counts``)."""
+    """One row per family: kind, availability, knobs, and routes per search mode (from ``plan_counts``);
+    ``knobs_by_version``: for families whose knobs depend on their library's version (TensorRT), the knobs each
+    supported version sweeps, known without the library (so a machine without it still shows a GPU node's)."""
     rows: list[dict[str, Any]] = []
     for name, family in FAMILIES.items():
         available, why = family.availability()
@@ -47,9 +49,26 @@ def family_table(model: ModelInfo, spec: TuneSpec, counts: dict[str, Any]) -> li
             "reason": why,
             "enabled": family_spec.enabled if family_spec else True,
             "knobs": [k.model_dump() for k in family.knobs(model)],
+            "knobs_by_version": {label: [k.model_dump() for k in knobs]
+                                 for label, knobs in family.knobs_by_version(model).items()},
             "counts": counts["families"].get(name, {}),
         })
     return rows
+
+
+def _print_versions(console: Console, row: dict[str, Any]) -> None:
+    """What the family would sweep where its library is installed, one version range per block."""
+    if not row["knobs_by_version"]:
+        return
+    console.print(f"  {row['name']} knobs with each supported version (what a machine with it would sweep):",
+                  soft_wrap=True, highlight=False, markup=False)
+    for label, knobs in row["knobs_by_version"].items():
+        console.print(f"    {label}:", soft_wrap=True, highlight=False, markup=False)
+        for knob in knobs:
+            values = ", ".join(v if isinstance(v, str) else json.dumps(v) for v in knob["values"])
+            default = knob["default"] if isinstance(knob["default"], str) else json.dumps(knob["default"])
+            console.print(f"      {knob['name']} [{values}] default {default}", soft_wrap=True, highlight=False,
+                          markup=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:  # reasons as plain lines: a table cell would fold them
         if not row["available"]:
             console.print(f"{row['name']} is unavailable here: {row['reason']}", soft_wrap=True, highlight=False, markup=False)
+            _print_versions(console, row)
     modes = Table(title=f"Routes per search mode (max_builds={counts['max_builds']})")
     modes.add_column("mode")
     modes.add_column("routes planned")

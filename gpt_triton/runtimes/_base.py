@@ -65,6 +65,9 @@ class NativeBackendConfig:
     graph_level: int | None = None  # `optimization.graph.level` (ONNX Runtime backend); None: left unset
     platform: str = ""  # set instead of `backend` when the backend is chosen by platform ("tensorrt_plan")
     gpu: bool = False  # instances must be KIND_GPU
+    # `optimization.execution_accelerators.gpu_execution_accelerator`, in order: name -> its parameters
+    # (ONNX Runtime backend: "tensorrt", "cuda"). Only with ``gpu``.
+    gpu_accelerators: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class Runner(ABC):

@@ -3,6 +3,7 @@
 Options (the schema the onnxruntime family writes)::
 
     {"providers": ["CPUExecutionProvider"],                      # default; each must exist in this build
+     "provider_options": {"TensorrtExecutionProvider": {"trt_fp16_enable": "1"}},  # per provider, strings
      "session_options": {"graph_optimization_level": "ORT_ENABLE_ALL",   # enum name or int
                          "execution_mode": "ORT_SEQUENTIAL",              # enum name or int
                          "intra_op_num_threads": 0, ...},                 # any SessionOptions attribute
@@ -37,6 +38,7 @@ from ._base import (
 NAME = "onnxruntime"
 _OPTIONS = {
     "providers": "a list of execution provider names, default ['CPUExecutionProvider']",
+    "provider_options": "a mapping of provider name (one of providers) to its options (string values)",
     "session_options": "a mapping of onnxruntime.SessionOptions attributes to values",
     "config_entries": "a mapping of session config keys to string values",
 }
@@ -113,20 +115,42 @@ def session_options(ort: Any, options: Mapping[str, Any], profile_dir: str | Pat
     return so
 
 
-def _providers(ort: Any, options: Mapping[str, Any]) -> list[str]:
+def _provider_names(options: Mapping[str, Any]) -> list[str]:
     providers = options.get("providers") or ["CPUExecutionProvider"]
     if isinstance(providers, str) or not isinstance(providers, Sequence) or not all(isinstance(p, str) for p in providers):
         raise RuntimeOptionError(NAME, "providers", "a list of execution provider names", providers)
+    return list(providers)
+
+
+def _provider_options(options: Mapping[str, Any], providers: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``provider_options`` checked against ``providers``, every value as the string ORT parses."""
+    out: dict[str, dict[str, str]] = {}
+    for provider, values in mapping_option(NAME, options, "provider_options").items():
+        if provider not in providers:
+            raise RuntimeOptionError(NAME, f"provider_options.{provider}", f"one of the providers {list(providers)}")
+        if not isinstance(values, Mapping):
+            raise RuntimeOptionError(NAME, f"provider_options.{provider}", "a mapping of option names to values", values)
+        for key, value in values.items():
+            if not isinstance(value, (str, int, float)):
+                raise RuntimeOptionError(NAME, f"provider_options.{provider}.{key}", "a string, number or bool", value)
+        out[provider] = {str(k): (str(int(v)) if isinstance(v, bool) else str(v)) for k, v in values.items()}
+    return out
+
+
+def _providers(ort: Any, options: Mapping[str, Any]) -> list[Any]:
+    """What ``InferenceSession(providers=...)`` takes: names, or (name, options) where options are given."""
+    providers = _provider_names(options)
+    per_provider = _provider_options(options, providers)
     available = ort.get_available_providers()
     missing = [p for p in providers if p not in available]
     if missing:
         # ORT would warn and silently fall back to CPU: a different route from the one asked for.
         raise RuntimeOptionError(NAME, "providers", f"providers of this onnxruntime build: {available}", missing)
-    return list(providers)
+    return [(p, per_provider[p]) if p in per_provider else p for p in providers]
 
 
 class OnnxRuntimeRunner(Runner):
-    def __init__(self, entry: Path, so: Any, providers: list[str], output_names: Sequence[str] | None,
+    def __init__(self, entry: Path, so: Any, providers: list[Any], output_names: Sequence[str] | None,
                  profiling: bool) -> None:
         super().__init__(f"{NAME}:{entry}")
         self.entry = entry
@@ -194,10 +218,26 @@ class OnnxRuntime(Runtime):
         return OnnxRuntimeRunner(require_file(NAME, entry), so, providers, output_names, profile_dir is not None)
 
     def native_config(self, options: Mapping[str, Any]) -> NativeBackendConfig | None:
+        """The onnxruntime backend's config for exactly these options, or None (the adapter serves them).
+
+        Providers: ``["CPUExecutionProvider"]`` -> KIND_CPU instances; ``["CUDAExecutionProvider"]`` ->
+        KIND_GPU instances (the backend's default GPU provider), its options as the ``cuda`` accelerator;
+        ``["TensorrtExecutionProvider", "CUDAExecutionProvider"]`` -> KIND_GPU with the ``tensorrt``
+        accelerator first (the backend keeps CUDA as TensorRT's fallback, as ORT does). A trailing
+        ``"CPUExecutionProvider"`` is ORT's own last fallback in both and may be named. Any other list, or an
+        option the backend's parameter table (onnxruntime_backend README) cannot say, gives None.
+        """
         if not isinstance(options, Mapping) or set(options) - set(_OPTIONS):
             return None
-        if list(options.get("providers") or ["CPUExecutionProvider"]) != ["CPUExecutionProvider"]:
-            return None  # the config's instance group is KIND_CPU: other providers are not expressed
+        try:
+            providers = _provider_names(options)
+            provider_options = _provider_options(options, providers)
+        except RuntimeOptionError:
+            return None
+        accelerators = _gpu_accelerators(providers, provider_options)
+        if accelerators is None:
+            return None
+        gpu = providers != ["CPUExecutionProvider"]
         session = dict(options.get("session_options") or {})
         params: dict[str, str] = {}
         level_name = session.pop("graph_optimization_level", "ORT_ENABLE_ALL")
@@ -217,4 +257,66 @@ class OnnxRuntime(Runtime):
         for key, value in (options.get("config_entries") or {}).items():
             if _ORT_DEFAULT_ENTRIES.get(key) != str(value):
                 return None
-        return NativeBackendConfig(backend=self.backend, parameters=params, graph_level=_ORT_GRAPH_LEVEL[level_name])
+        return NativeBackendConfig(backend=self.backend, parameters=params, graph_level=_ORT_GRAPH_LEVEL[level_name],
+                                   gpu=gpu, gpu_accelerators=accelerators)
+
+
+# Provider lists the backend can express (a trailing CPUExecutionProvider is ORT's implicit fallback).
+_CPU, _CUDA, _TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+# TensorRT EP options (ORT names) the backend takes under the same name (onnxruntime_backend README,
+# "Parameter mapping between ONNX Runtime and Triton ONNXRuntime Backend").
+_TRT_SAME_NAME = frozenset({
+    "trt_max_partition_iterations", "trt_min_subgraph_size", "trt_engine_cache_enable", "trt_engine_cache_path",
+    "trt_engine_cache_prefix", "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable",
+    "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable", "trt_timing_cache_path", "trt_force_timing_cache",
+    "trt_build_heuristics_enable", "trt_sparsity_enable", "trt_builder_optimization_level", "trt_auxiliary_streams",
+    "trt_tactic_sources", "trt_cuda_graph_enable", "trt_dump_subgraphs", "trt_detailed_build_log",
+})
+# precision_mode is one value: FP32 (no flag), FP16, BF16 or INT8.
+_TRT_PRECISION_FLAGS = {"trt_fp16_enable": "FP16", "trt_bf16_enable": "BF16", "trt_int8_enable": "INT8"}
+_TRUE, _FALSE = frozenset({"1", "true", "True"}), frozenset({"0", "false", "False"})
+
+
+def _trt_parameters(values: Mapping[str, str]) -> dict[str, str] | None:
+    """TensorRT EP options -> the backend's ``tensorrt`` accelerator parameters; None if one has no mapping."""
+    params: dict[str, str] = {}
+    precisions = []
+    for key, value in values.items():
+        if key in _TRT_PRECISION_FLAGS:
+            if value in _TRUE:
+                precisions.append(_TRT_PRECISION_FLAGS[key])
+            elif value not in _FALSE:
+                return None
+        elif key == "trt_max_workspace_size":
+            params["max_workspace_size_bytes"] = value
+        elif key in _TRT_SAME_NAME:
+            params[key] = value
+        else:
+            return None
+    if len(precisions) > 1:
+        return None  # the backend takes one precision_mode
+    params["precision_mode"] = precisions[0] if precisions else "FP32"
+    return params
+
+
+def _gpu_accelerators(providers: list[str], provider_options: dict[str, dict[str, str]]) -> dict[str, dict[str, str]] | None:
+    """The ``gpu_execution_accelerator`` list for ``providers`` ({} for CPU or plain CUDA); None if inexpressible."""
+    named = providers[:-1] if len(providers) > 1 and providers[-1] == _CPU else providers
+    if named == [_CPU]:
+        return {} if not provider_options else None
+    if named not in ([_CUDA], [_TRT, _CUDA]):
+        return None
+    accelerators: dict[str, dict[str, str]] = {}
+    if _TRT in named:
+        trt = _trt_parameters(provider_options.get(_TRT, {}))
+        if trt is None:
+            return None
+        accelerators["tensorrt"] = trt
+    cuda = dict(provider_options.get(_CUDA, {}))
+    if "device_id" in cuda:
+        return None  # the backend places each instance on its instance group's GPU
+    if cuda:
+        accelerators["cuda"] = cuda
+    if _CPU in provider_options:
+        return None
+    return accelerators

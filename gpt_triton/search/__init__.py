@@ -42,12 +42,15 @@ from gpt_triton.search._strategies import (
 class CandidateSearch:
     """Plans candidates in batches (:meth:`ask`) and learns from their scores (:meth:`tell`)."""
 
-    def __init__(self, spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily] = FAMILIES) -> None:
+    def __init__(self, spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily] = FAMILIES,
+                 unavailable: Mapping[str, str] | None = None) -> None:
+        """``unavailable``: families that are available here but that this run cannot use, with the reason
+        (the pipeline names those whose artifacts the server it opened cannot serve)."""
         self.spec = spec
         self.model = model
         self.families = families
         self.decisions: list[str] = []  # one line per choice the search made (logged in the run's report)
-        self.space: SearchSpace = build_space(spec, model, families, self.decisions)
+        self.space: SearchSpace = build_space(spec, model, families, self.decisions, unavailable)
         self.strategy: SearchStrategy = STRATEGIES[spec.search.mode](
             self.space, Budget(spec.search.max_builds, self.decisions), spec.search
         )

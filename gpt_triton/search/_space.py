@@ -208,9 +208,14 @@ class SearchSpace:
 
 
 def build_space(
-    spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily], decisions: list[str]
+    spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily], decisions: list[str],
+    unavailable: Mapping[str, str] | None = None,
 ) -> SearchSpace:
-    """The spaces under ``spec``; why a family is left out is appended to ``decisions``."""
+    """The spaces under ``spec``; why a family is left out is appended to ``decisions``.
+
+    ``unavailable`` names families available here that the run still cannot use, with the reason (the
+    server cannot serve their artifacts, or their engines would not run on the serving image); a family's
+    own unavailability is reported first."""
     unknown = sorted(set(spec.families) - set(families))
     if unknown:
         raise GptTritonError(f"spec names unknown route famil(ies) {unknown}; known families: {', '.join(families)}")
@@ -221,6 +226,8 @@ def build_space(
         fspec = spec.families.get(name)
         space = knob_space(family, model, fspec)  # validates knob names even for disabled families
         available, why = family.availability()
+        if available and unavailable and name in unavailable:
+            available, why = False, unavailable[name]
         if fspec is not None and not fspec.enabled:
             decisions.append(f"{name}: disabled by the spec")
             space = space.frozen()

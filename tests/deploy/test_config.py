@@ -223,3 +223,89 @@ def test_request_batch_must_fit_max_batch_size(conv_info: ModelInfo) -> None:
     assert config.model_warmup[0].batch_size == 16
     with pytest.raises(GptTritonError, match="max_batch_size=4 but requests carry batch 16"):
         model_config("m", conv_info, shapes, artifact, Route(family="serving", knobs={"max_batch_size": 4}), "python")
+
+
+# --- what Triton would auto-complete is written explicitly ------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino", "tensorrt"])
+def test_native_backends_get_the_scheduler_triton_would_add(conv_info: ModelInfo, backend: str) -> None:
+    """Triton's native backends add `dynamic_batching {}` to a config with max_batch_size > 1 and no
+    scheduler; the written config says so, and the deploy record says how it differs from the route."""
+    from gpt_triton.deploy import serving_notes
+
+    artifact = _artifact(backend)  # type: ignore[arg-type]  # each backend serves its own runtime's artifact
+    route = Route(family="serving", knobs={"dynamic_batching": False})
+    config = _render(conv_info, artifact, backend, dynamic_batching=False)
+    assert config.max_batch_size == 8 and config.HasField("dynamic_batching")
+    assert config.dynamic_batching == mc.ModelDynamicBatching()  # what the backend adds: every field default
+    notes = serving_notes(config, route)
+    assert notes == [f"dynamic_batching=false is served with dynamic_batching {{}}: Triton's {backend} backend adds "
+                     "the dynamic batcher to every config with max_batch_size 8 > 1 and no scheduler"]
+    # Asked for, it is written with its settings and nothing needs saying.
+    config = _render(conv_info, artifact, backend, dynamic_batching=True, max_queue_delay_us=100)
+    assert config.dynamic_batching.max_queue_delay_microseconds == 100
+    assert serving_notes(config, Route(family="serving", knobs={"dynamic_batching": True})) == []
+    # max_batch_size 1: no backend adds a batcher, none is written.
+    assert not _render(conv_info, artifact, backend, max_batch_size=1).HasField("dynamic_batching")
+
+
+def test_the_python_adapter_is_served_unbatched_as_asked(conv_info: ModelInfo) -> None:
+    config = _render(conv_info, _artifact("onnxruntime"), "python", dynamic_batching=False)
+    assert config.max_batch_size == 8 and not config.HasField("dynamic_batching")
+    assert _render(conv_info, _artifact("onnxruntime"), "python", dynamic_batching=True).HasField("dynamic_batching")
+
+
+# --- GPU serving ---------------------------------------------------------------------------------------------
+
+def _ort_gpu(conv_info: ModelInfo, **knobs: Any) -> Artifact:
+    from gpt_triton.routes import OnnxRuntimeGpuFamily
+
+    options = OnnxRuntimeGpuFamily().runtime_options(Route(family="onnxruntime_gpu", knobs=knobs), conv_info)
+    return _artifact("onnxruntime", options)
+
+
+def test_onnxruntime_cuda_provider_is_served_on_gpu_instances(conv_info: ModelInfo) -> None:
+    artifact = _ort_gpu(conv_info, execution_provider="cuda", cudnn_conv_algo_search="HEURISTIC")
+    assert artifact.runtime_options["providers"] == ["CUDAExecutionProvider"]
+    assert choose_backend(artifact, ALL_NATIVE) == "onnxruntime"
+    config = _render(conv_info, artifact, "onnxruntime", gpus=[1], instance_count=2)
+    assert config.backend == "onnxruntime"
+    assert [(g.kind, g.count, list(g.gpus)) for g in config.instance_group] == [(mc.ModelInstanceGroup.KIND_GPU, 2, [1])]
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert [(a.name, dict(a.parameters)) for a in accelerators] == [("cuda", {"cudnn_conv_algo_search": "HEURISTIC"})]
+    assert not config.optimization.execution_accelerators.cpu_execution_accelerator
+
+
+@pytest.mark.parametrize(("precision", "mode"), [("fp16", "FP16"), ("fp32", "FP32")])
+def test_onnxruntime_tensorrt_provider_becomes_the_tensorrt_accelerator(conv_info: ModelInfo, precision: str,
+                                                                        mode: str) -> None:
+    artifact = _ort_gpu(conv_info, execution_provider="tensorrt", trt_precision=precision)
+    assert artifact.runtime_options["providers"] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    config = _render(conv_info, artifact, "onnxruntime", dynamic_batching=True)
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU and not config.instance_group[0].gpus
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert [(a.name, dict(a.parameters)) for a in accelerators] == [
+        ("tensorrt", {"precision_mode": mode, "max_workspace_size_bytes": str(1 << 30)})]
+    assert config.optimization.graph.level == 0  # not written: the backend's ORT_ENABLE_ALL
+
+
+def test_gpu_knobs_the_backend_cannot_apply_make_the_candidate_unservable(conv_info: ModelInfo) -> None:
+    from gpt_triton.deploy import UnservableError
+
+    with pytest.raises(UnservableError, match="places instances on GPUs"):
+        _render(conv_info, _artifact("onnxruntime"), "python", gpus=[0])
+    with pytest.raises(UnservableError, match="CUDA graphs, which only Triton's tensorrt backend runs"):
+        _render(conv_info, _ort_gpu(conv_info), "onnxruntime", cuda_graphs=True)
+    config = _render(conv_info, _artifact("tensorrt"), "tensorrt", cuda_graphs=True, gpus=[0, 1])
+    assert config.optimization.cuda.graphs and list(config.instance_group[0].gpus) == [0, 1]
+    assert not _render(conv_info, _artifact("tensorrt"), "tensorrt").HasField("optimization")
+
+
+def test_servers_without_a_plan_backend(conv_info: ModelInfo) -> None:
+    from gpt_triton.deploy import UnservableError, unservable_runtimes
+
+    assert unservable_runtimes(ALL_NATIVE) == {}
+    reasons = unservable_runtimes(frozenset())
+    assert list(reasons) == ["tensorrt"] and "no tensorrt backend (it has only python)" in reasons["tensorrt"]
+    with pytest.raises(UnservableError, match="needs a Triton with the tensorrt backend"):
+        choose_backend(_artifact("tensorrt"), frozenset({"onnxruntime"}))

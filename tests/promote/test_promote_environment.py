@@ -91,15 +91,24 @@ def test_gpu_verdicts(current: dict[str, Any]) -> None:
     driver = compare_environment(_gpu_env(current, "Tesla T4", "7.5", "535.104"), here, "tensorrt")
     assert driver.status == "rebuild" and "driver changed 535.104 -> 550.54" in driver.reasons[0]
 
+    # A plan on another GPU model or compute capability cannot (or may not) load: refused, not drift.
     product = compare_environment(_gpu_env(current, "NVIDIA A10", "8.6", "550.54"), here, "tensorrt")
-    assert product.status == "retune"
+    assert product.status == "incompatible"
     assert any("GPU changed NVIDIA A10 -> Tesla T4" in r for r in product.reasons)
     assert any("compute capability changed 8.6 -> 7.5" in r for r in product.reasons)
+    same_cc = compare_environment(_gpu_env(current, "NVIDIA A40", "7.5", "550.54"), here, "tensorrt")
+    assert same_cc.status == "incompatible" and "GPU changed NVIDIA A40 -> Tesla T4" in same_cc.reasons[0]
 
     cpu_only = copy.deepcopy(current)
     cpu_only["runtime_versions"]["tensorrt"] = "10.9.0"
     gone = compare_environment(here, cpu_only, "tensorrt")
-    assert gone.status == "rebuild" and "no NVIDIA GPU here" in gone.reasons[0]
+    assert gone.status == "incompatible" and "no NVIDIA GPU here" in gone.reasons[0]
+
+    # Another TensorRT: the plan does not deserialize (build number included when both give it).
+    other_trt = copy.deepcopy(here)
+    other_trt["runtime_versions"]["tensorrt"] = "10.8.0"
+    verdict = compare_environment(_gpu_env(current, "Tesla T4", "7.5", "550.54"), other_trt, "tensorrt")
+    assert verdict.status == "incompatible" and "built by TensorRT 10.9.0, this Triton runs TensorRT 10.8.0" in verdict.reasons[0]
 
     # A CPU change does not matter to a GPU engine.
     other_cpu = _gpu_env(current, "Tesla T4", "7.5", "550.54")

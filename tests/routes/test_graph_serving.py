@@ -74,3 +74,19 @@ class TestServingConformance(FamilyConformance):
         assert knobs["dynamic_batching"].values == [False]
         assert knobs["max_batch_size"].values == [None]
         assert ServingFamily.resolved_max_batch_size(Route(family="serving", knobs={}), info) == 0
+
+
+def test_gpu_serving_knobs_exist_only_with_a_gpu(tmp_path: Path) -> None:
+    """A CPU machine plans the same serving routes as before; a GPU adds CUDA graphs and, with more than one
+    GPU, the device an instance group is placed on."""
+    from gpt_triton.routes._serving import gpu_count, gpu_knobs
+
+    info = inspect_model(build_tiny_mlp(tmp_path / "m.onnx"))
+    names = [k.name for k in ServingFamily().knobs(info)]
+    base = ["instance_count", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_batch_size"]
+    assert names == base + ([k.name for k in gpu_knobs(gpu_count())])
+    assert gpu_knobs(0) == []
+    one = {k.name: k for k in gpu_knobs(1)}
+    assert one["cuda_graphs"].values == [False, True] and one["cuda_graphs"].default is False
+    assert one["gpus"].values == [None] and one["gpus"].default is None
+    assert {k.name: k for k in gpu_knobs(2)}["gpus"].values == [None, [0], [1]]

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.routes import BuildContext, OnnxRuntimeFamily, Route
+from gpt_triton.routes import BuildContext, OnnxRuntimeFamily, OnnxRuntimeGpuFamily, Route
 from gpt_triton.routes._onnxruntime import repair_fp16_casts
 from gpt_triton.testing.conformance.families import FamilyConformance, make_inputs, run_artifact
 from gpt_triton.testing.models import build_conv_attention
@@ -126,3 +126,69 @@ def test_quantisation_preprocessing_degrades_gracefully(monkeypatch: pytest.Monk
     monkeypatch.setattr(si, "quant_pre_process", broken)
     notes = _preprocess(src, tmp_path / "pre2.onnx")
     assert "skipped" in notes[0] and (tmp_path / "pre2.onnx").read_bytes() == src.read_bytes()
+
+
+# --- ONNX Runtime on a GPU (served by Triton's onnxruntime backend) --------------------------------------------
+
+_GPU_AVAILABLE, _GPU_WHY = OnnxRuntimeGpuFamily().availability()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _GPU_AVAILABLE or "CUDAExecutionProvider" not in ort.get_available_providers(),
+                    reason=_GPU_WHY or "onnxruntime here has no CUDAExecutionProvider")
+class TestOnnxRuntimeGpuConformance(FamilyConformance):
+    family = OnnxRuntimeGpuFamily()
+    model_builder = staticmethod(build_conv_attention)
+    non_default = {"precision": "fp16", "cudnn_conv_algo_search": "HEURISTIC"}
+
+
+def test_gpu_family_is_unavailable_without_a_gpu_and_says_why() -> None:
+    if _GPU_AVAILABLE:
+        pytest.skip("an NVIDIA GPU is present")
+    assert "no NVIDIA GPU" in _GPU_WHY
+
+
+def test_gpu_family_runtime_options_name_the_providers(tmp_path: Path) -> None:
+    from gpt_triton.core.model_info import inspect_model
+    from gpt_triton.runtimes import OnnxRuntime
+
+    info = inspect_model(build_conv_attention(tmp_path / "m.onnx"))
+    family = OnnxRuntimeGpuFamily()
+    default = family.runtime_options(family.default_route(info), info)
+    assert default == {"providers": ["CUDAExecutionProvider"],
+                       "provider_options": {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "EXHAUSTIVE"}},
+                       "session_options": {"graph_optimization_level": "ORT_ENABLE_ALL"}}
+    trt = family.runtime_options(Route(family="onnxruntime_gpu", knobs={"execution_provider": "tensorrt",
+                                                                         "trt_precision": "fp16"}), info)
+    assert trt["providers"] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    assert trt["provider_options"] == {"TensorrtExecutionProvider": {"trt_fp16_enable": "1",
+                                                                     "trt_max_workspace_size": str(1 << 30)}}
+    for options in (default, trt):  # every route is served natively, on GPU instances
+        native = OnnxRuntime().native_config(options)
+        assert native is not None and native.gpu and native.backend == "onnxruntime"
+    # Knobs of the other provider do not apply (the search resets them to their defaults).
+    assert family.conditional == {"trt_precision": ("execution_provider", ("tensorrt",)),
+                                  "cudnn_conv_algo_search": ("execution_provider", ("cuda",))}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_gpu_family_builds_without_a_gpu(tmp_path: Path, precision: str) -> None:
+    """Building writes only the ONNX file; serving it needs the GPU Triton."""
+    from gpt_triton.core.model_info import inspect_model, resolve_shapes
+
+    info = inspect_model(build_conv_attention(tmp_path / "m.onnx"))
+    context = BuildContext(model=info, shapes=resolve_shapes(info, {}))
+    family = OnnxRuntimeGpuFamily()
+    route = Route(family="onnxruntime_gpu", knobs={"precision": precision})
+    artifact = family.build(route, context, tmp_path / "out")
+    assert artifact.files == ["model.onnx"] and artifact.runtime == "onnxruntime"
+    assert artifact.runtime_options == family.runtime_options(route, info)
+    model = onnx.load(str(Path(artifact.directory) / "model.onnx"))
+    weights = {init.data_type for init in model.graph.initializer}
+    assert (TensorProto.FLOAT16 in weights) == (precision == "fp16")
+    # fp32 I/O either way, so the config and the requests do not change with the precision.
+    assert all(i.type.tensor_type.elem_type == TensorProto.FLOAT for i in model.graph.input)
+    # Served through the CPU provider here only to check the file is a valid model.
+    options = {**artifact.runtime_options, "providers": ["CPUExecutionProvider"], "provider_options": {}}
+    out = run_artifact(artifact.model_copy(update={"runtime_options": options}), make_inputs(info, context.shapes))
+    assert set(out) == {"logits", "embedding"}

@@ -35,6 +35,9 @@ class TestOnnxRuntimeConformance(RuntimeConformance):
         ({"config_entries": {"session.intra_op.allow_spinning": False}}, "config_entries.session.intra_op.allow_spinning"),
         ({"providers": ["NoSuchExecutionProvider"]}, "providers"),
         ({"providers": "CPUExecutionProvider"}, "providers"),
+        ({"provider_options": {"CUDAExecutionProvider": {"device_id": "0"}}}, "provider_options.CUDAExecutionProvider"),
+        ({"provider_options": {"CPUExecutionProvider": ["x"]}}, "provider_options.CPUExecutionProvider"),
+        ({"provider_options": {"CPUExecutionProvider": {"x": None}}}, "provider_options.CPUExecutionProvider.x"),
     ]
     native_cases = [
         {},
@@ -108,3 +111,47 @@ def test_every_family_artifact_opens_with_open_runner(family: str, tiny_model_pa
         np.testing.assert_allclose(outputs["y"], reference_outputs(info, feeds)["y"], rtol=1e-4, atol=1e-5)
         with open_runner(artifact.runtime, Path(artifact.directory) / artifact.files[0], artifact.runtime_options) as runner:
             assert runner.output_names == ["y"]
+
+
+def test_provider_options_go_to_the_session_as_strings() -> None:
+    from gpt_triton.runtimes._onnxruntime import _providers
+
+    options = {"providers": ["CPUExecutionProvider"], "provider_options": {"CPUExecutionProvider": {"a": True, "b": 2}}}
+    assert _providers(ort, options) == [("CPUExecutionProvider", {"a": "1", "b": "2"})]
+    assert _providers(ort, {}) == ["CPUExecutionProvider"]
+
+
+CUDA, TRT, CPU = "CUDAExecutionProvider", "TensorrtExecutionProvider", "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize(("options", "accelerators"), [
+    ({"providers": [CUDA]}, {}),
+    ({"providers": [CUDA, CPU]}, {}),
+    ({"providers": [CUDA], "provider_options": {CUDA: {"cudnn_conv_algo_search": "HEURISTIC"}}},
+     {"cuda": {"cudnn_conv_algo_search": "HEURISTIC"}}),
+    ({"providers": [TRT, CUDA], "provider_options": {TRT: {"trt_fp16_enable": "1", "trt_max_workspace_size": "1024",
+                                                           "trt_engine_cache_enable": "1"}}},
+     {"tensorrt": {"precision_mode": "FP16", "max_workspace_size_bytes": "1024", "trt_engine_cache_enable": "1"}}),
+    ({"providers": [TRT, CUDA, CPU], "provider_options": {TRT: {"trt_bf16_enable": "True", "trt_fp16_enable": "0"},
+                                                         CUDA: {"use_ep_level_unified_stream": "1"}}},
+     {"tensorrt": {"precision_mode": "BF16"}, "cuda": {"use_ep_level_unified_stream": "1"}}),
+    ({"providers": [TRT, CUDA]}, {"tensorrt": {"precision_mode": "FP32"}}),
+])
+def test_gpu_providers_map_to_the_backends_accelerators(options: dict[str, Any], accelerators: dict[str, Any]) -> None:
+    native = OnnxRuntime().native_config({**options, "session_options": {"graph_optimization_level": "ORT_ENABLE_BASIC"}})
+    assert native == NativeBackendConfig(backend="onnxruntime", graph_level=-1, gpu=True, gpu_accelerators=accelerators)
+
+
+@pytest.mark.parametrize("options", [
+    {"providers": [TRT]},  # the backend always keeps CUDA as TensorRT's fallback
+    {"providers": [CUDA, TRT]},
+    {"providers": [TRT, CUDA], "provider_options": {TRT: {"trt_fp16_enable": "1", "trt_int8_enable": "1"}}},
+    {"providers": [TRT, CUDA], "provider_options": {TRT: {"trt_fp16_enable": "maybe"}}},
+    {"providers": [TRT, CUDA], "provider_options": {TRT: {"trt_unknown_option": "1"}}},
+    {"providers": [CUDA], "provider_options": {CUDA: {"device_id": "1"}}},  # instance groups place instances
+    {"providers": [CUDA, CPU], "provider_options": {CPU: {"x": "1"}}},
+    {"providers": [CPU], "provider_options": {CPU: {"x": "1"}}},
+    {"providers": [CUDA], "provider_options": {TRT: {"trt_fp16_enable": "1"}}},
+])
+def test_gpu_providers_the_backend_cannot_say_stay_with_the_adapter(options: dict[str, Any]) -> None:
+    assert OnnxRuntime().native_config(options) is None

@@ -6,6 +6,11 @@ the option name the error must mention) and ``native_cases`` (options whose nati
 is checked against what deploy writes). ``prepare`` turns the ONNX model into the runtime's entry file
 (default: the ONNX file itself). Tests that need the runtime skip with its availability reason.
 
+Two optional hooks let a runtime that cannot run here still be checked as far as it can: ``inspect_entry``
+(the entry's declared inputs and outputs, read without activating a runner) and ``offline_availability``
+(whether ``prepare`` and ``inspect_entry`` work here; default: the runtime's availability). TensorRT uses
+them against gpt_triton.testing.fake_tensorrt, where plans deserialize but nothing can execute.
+
 The reference is ONNX's own numpy evaluator (``onnx.reference``), independent of every runtime.
 """
 
@@ -72,6 +77,17 @@ class RuntimeConformance:
         """The runtime's entry file for the model (an IR, an engine, ...); default: the ONNX file."""
         return onnx_path
 
+    def offline_availability(self) -> tuple[bool, str]:
+        """Hook: whether ``prepare`` and ``inspect_entry`` work here even where the runtime cannot run.
+        Default: the runtime's own availability."""
+        return self.runtime.availability()
+
+    def inspect_entry(self, entry: Path) -> dict[str, Any] | None:
+        """Hook: ``{"inputs": {name: {"dtype": "float32", ...}}, "outputs": {...}}`` as the runtime reads them from
+        ``entry`` without activating a runner (in the model's order). Default None: the runtime reads its entry
+        only by activating it, which the lifecycle tests cover."""
+        return None
+
     # ------------------------------------------------------------------------------------------ fixtures
 
     def _require_available(self) -> None:
@@ -87,6 +103,13 @@ class RuntimeConformance:
     def entry(self, model: ModelInfo, tmp_path_factory: pytest.TempPathFactory) -> Path:
         self._require_available()
         return self.prepare(Path(model.path), tmp_path_factory.mktemp("entry"))
+
+    @pytest.fixture(scope="class")
+    def offline_entry(self, model: ModelInfo, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        available, why = self.offline_availability()
+        if not available:
+            pytest.skip(why)
+        return self.prepare(Path(model.path), tmp_path_factory.mktemp("offline_entry"))
 
     def _open(self, entry: Path, **kwargs: Any) -> Runner:
         return self.runtime.open(entry, self.options, **kwargs)
@@ -175,6 +198,16 @@ class RuntimeConformance:
             assert list(runner.infer(make_feeds(model))) == names
         with pytest.raises(RunnerError, match="no_such_output"):
             self._open(entry, output_names=["no_such_output"]).activate()
+
+    def test_entry_declares_the_model_io(self, model: ModelInfo, request: pytest.FixtureRequest) -> None:
+        if type(self).inspect_entry is RuntimeConformance.inspect_entry:
+            pytest.skip("this runtime reads its entry only by activating it (the lifecycle tests cover that)")
+        described = self.inspect_entry(request.getfixturevalue("offline_entry"))
+        assert described is not None
+        for side, tensors in (("inputs", model.inputs), ("outputs", model.outputs)):
+            assert list(described[side]) == [t.name for t in tensors], side
+            for tensor in tensors:
+                assert described[side][tensor.name]["dtype"] == np.dtype(tensor.dtype).name, tensor.name
 
     def test_missing_entry_is_a_clear_error(self, tmp_path: Path) -> None:
         self._require_available()
