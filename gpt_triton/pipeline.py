@@ -31,18 +31,14 @@ from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.objective import measured_value
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import BuildContext
-from gpt_triton.core.spec import TuneSpec
-from gpt_triton.deploy import unservable_runtimes
 from gpt_triton.metrics.pushgateway import push_run_metrics
 from gpt_triton.promote.candidate import promote_candidate
 from gpt_triton.promote.signing import load_signing_key
-from gpt_triton.routes import FAMILIES
 from gpt_triton.run import Progress, Run, TuneOptions, check_repository_writable
 from gpt_triton.search import CandidateSearch
 from gpt_triton.server import TritonServer
-from gpt_triton.serving import deployed, measurer, open_server
+from gpt_triton.serving import deployed, measurer, open_server, unusable_families
 from gpt_triton.steps import accept_on_heldout, isolated_estimates, remeasure, repeat_check, selection
-from gpt_triton.tensorrt_support import builder_version, check_builder
 from gpt_triton.tuning_cache import TuningCache
 
 __all__ = ["Progress", "TuneOptions", "tune"]
@@ -101,7 +97,7 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
     cache = TuningCache.open(run.run_dir / "tuning_cache.jsonl", run.info, spec, resume=run.options.resume)
     with cache, open_server(run, "search") as server:
         report.triton_version = server.version()
-        search = CandidateSearch(spec, run.info, unavailable=_unusable_families(spec, server))
+        search = CandidateSearch(spec, run.info, unavailable=unusable_families(spec, server))
         while not run.over_budget(reserve_s=60.0):
             batch = search.ask()
             if not batch:
@@ -123,20 +119,6 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
         for line in search.decisions:
             report.decisions.append(f"search: {line}")
     return heldout
-
-
-def _unusable_families(spec: TuneSpec, server: TritonServer) -> dict[str, str]:
-    """Families this run cannot use with ``server``, and why: their artifacts need a backend it lacks (a
-    TensorRT plan has no python-backend path), or their plans would not load on the serving image (the
-    builder's TensorRT must be the one ``spec.server.image`` ships; unknown counts as not)."""
-    by_runtime = unservable_runtimes(server.native_backends)
-    out = {name: by_runtime[f.runtime] for name, f in FAMILIES.items() if f.runtime in by_runtime}
-    for name, family in FAMILIES.items():
-        if family.runtime == "tensorrt" and name not in out and family.availability()[0]:
-            reason = check_builder(builder_version(), spec.server.image, spec.server.tensorrt_version)
-            if reason:
-                out[name] = reason
-    return out
 
 
 def _serve_batch(run: Run, server: TritonServer, batch: list[Candidate], cache: TuningCache) -> None:

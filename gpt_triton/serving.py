@@ -1,5 +1,6 @@
 """Serving candidates for a run: the server (embedded, started and always stopped; or the user's, never
-stopped), candidates deployed on it and unloaded afterwards, and the measurer that drives them."""
+stopped), the families it can serve, candidates deployed on it and unloaded afterwards, and the measurer
+that drives them."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from gpt_triton.core.records import Candidate
-from gpt_triton.deploy import deploy_candidates, unload_candidates
+from gpt_triton.core.spec import TuneSpec
+from gpt_triton.deploy import deploy_candidates, unload_candidates, unservable_runtimes
 from gpt_triton.measure.harness import Measurer
+from gpt_triton.routes import FAMILIES
 from gpt_triton.run import Advance, Run
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
+from gpt_triton.tensorrt_support import builder_version, check_builder
 
 
 @contextlib.contextmanager
@@ -55,3 +59,17 @@ def measurer(run: Run, server: TritonServer, advance: Advance) -> Measurer:
     spec = run.spec
     return Measurer(server.grpc_url, run.tuning.inputs, spec.measure, spec.objective, metrics_url=server.metrics_url,
                     progress=advance, processes=spec.measure.client_processes)
+
+
+def unusable_families(spec: TuneSpec, server: TritonServer) -> dict[str, str]:
+    """Families this run cannot use with ``server``, and why: their artifacts need a backend it lacks (a
+    TensorRT plan has no python-backend path), or their plans would not load on the serving image (the
+    builder's TensorRT must be the one ``spec.server.image`` ships; unknown counts as not)."""
+    by_runtime = unservable_runtimes(server.native_backends)
+    out = {name: by_runtime[f.runtime] for name, f in FAMILIES.items() if f.runtime in by_runtime}
+    for name, family in FAMILIES.items():
+        if family.runtime == "tensorrt" and name not in out and family.availability()[0]:
+            reason = check_builder(builder_version(), spec.server.image, spec.server.tensorrt_version)
+            if reason:
+                out[name] = reason
+    return out

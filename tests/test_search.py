@@ -269,26 +269,26 @@ class _Server:
 def test_the_pipeline_plans_plans_only_for_a_server_and_image_that_run_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 7: no tensorrt backend, no plans (the run goes on with the rest). Item 4: the builder's TensorRT
     must be the one the serving image ships; an image the support table does not know is not guessed."""
-    from gpt_triton import pipeline
+    from gpt_triton import serving
     from gpt_triton.core.spec import DEFAULT_TRITON_IMAGE
     from gpt_triton.k8s.render import TRITON_IMAGE
     from gpt_triton.testing import fake_tensorrt
 
     assert DEFAULT_TRITON_IMAGE == TRITON_IMAGE  # the spec's serving image is the chart's sidecar
-    embedded = pipeline._unusable_families(TuneSpec(), _Server(frozenset()))  # type: ignore[arg-type]
+    embedded = serving.unusable_families(TuneSpec(), _Server(frozenset()))  # type: ignore[arg-type]
     assert list(embedded) == ["tensorrt"] and "has no tensorrt backend (it has only python)" in embedded["tensorrt"]
 
     monkeypatch.setattr(type(FAMILIES["tensorrt"]), "availability", lambda self: (True, ""))
     ngc = _Server(frozenset({"onnxruntime", "openvino", "tensorrt"}))
     with fake_tensorrt.installed("10.13"):  # builder TensorRT 10.13.3.9
-        unknown = pipeline._unusable_families(TuneSpec(), ngc)  # type: ignore[arg-type]
+        unknown = serving.unusable_families(TuneSpec(), ngc)  # type: ignore[arg-type]
         assert "the TensorRT of serving image nvcr.io/nvidia/tritonserver:24.10-py3 is unknown" in unknown["tensorrt"]
         assert "pin it with server.tensorrt_version" in unknown["tensorrt"]
         pinned = TuneSpec.model_validate({"server": {"tensorrt_version": "10.13.3.9"}})
-        assert pipeline._unusable_families(pinned, ngc) == {}  # type: ignore[arg-type]
+        assert serving.unusable_families(pinned, ngc) == {}  # type: ignore[arg-type]
         listed = TuneSpec.model_validate({"server": {"image": "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"}})
-        assert pipeline._unusable_families(listed, ngc) == {}  # type: ignore[arg-type]
+        assert serving.unusable_families(listed, ngc) == {}  # type: ignore[arg-type]
         older = TuneSpec.model_validate({"server": {"image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3"}})
-        reason = pipeline._unusable_families(older, ngc)["tensorrt"]  # type: ignore[arg-type]
+        reason = serving.unusable_families(older, ngc)["tensorrt"]  # type: ignore[arg-type]
         assert reason.startswith("builder TensorRT 10.13.3.9 cannot build plans for nvcr.io/nvidia/tritonserver:25.10")
         assert "install tensorrt==10.11.0.33" in reason and "26.02-trtllm-python-py3" in reason

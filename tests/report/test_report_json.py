@@ -43,8 +43,9 @@ def test_a_report_written_before_the_spec_was_typed_still_loads() -> None:
     # Saved again, every field the old file had is written back unchanged; only fields added to the spec
     # since then appear, with their defaults.
     saved = json.loads(report.model_dump_json())["spec"]
-    assert _compare(old["spec"], saved) == {"measure.client_processes"}
+    assert _compare(old["spec"], saved) == {"measure.client_processes", "server.image", "server.tensorrt_version"}
     assert saved["measure"]["client_processes"] == 1
+    assert saved["server"]["image"] == TuneSpec().server.image and saved["server"]["tensorrt_version"] is None
 
 
 def test_the_pipelines_spec_dict_round_trips_unchanged() -> None:
