@@ -11,6 +11,7 @@ degrade gracefully when symbolic shape inference fails.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,10 @@ class OnnxRuntimeFamily(RouteFamily):
         return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], self.runtime_options(route, context.model), notes)
 
 
-def _convert_fp16(src: Path, dst: Path, block: list[str]) -> list[str]:
+def float16_model(src: Path, block: Sequence[str] = ()) -> tuple[Any, int]:
+    """``src`` with float32 tensors turned float16, its I/O kept float32 and the op types in ``block`` (beyond
+    onnxconverter-common's default block list) kept in float32; Cast type mismatches repaired.
+    Returns (model, repairs). Shared by ONNX Runtime's fp16 route and TensorRT 11's strongly typed fp16."""
     import onnx
     from onnxconverter_common import float16
 
@@ -116,7 +120,11 @@ def _convert_fp16(src: Path, dst: Path, block: list[str]) -> list[str]:
             used.add(name)
     op_block = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(block))
     converted = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=op_block)
-    repaired = repair_fp16_casts(converted)
+    return converted, repair_fp16_casts(converted)
+
+
+def _convert_fp16(src: Path, dst: Path, block: list[str]) -> list[str]:
+    converted, repaired = float16_model(src, block)
     _save(converted, dst)
     notes = [f"fp16: kept {', '.join(block)} in fp32"] if block else []
     if repaired:

@@ -49,22 +49,10 @@ def convert_fp16(src: Path, dst: Path) -> list[str]:
     (TensorRT 11) gets reduced precision. onnxconverter-common, then the Cast repair ONNX Runtime's fp16 route
     needs too (mixed fp16/fp32 inputs to one node are refused by a strongly typed network as well)."""
     import onnx
-    from onnxconverter_common import float16
 
-    from gpt_triton.routes._onnxruntime import repair_fp16_casts
+    from gpt_triton.routes._onnxruntime import float16_model
 
-    model = onnx.load(str(src))
-    # The converter names its Casts after the node; unnamed nodes would give duplicate names.
-    used = {node.name for node in model.graph.node if node.name}
-    for index, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{index}"
-            while name in used:
-                name += "_"
-            node.name = name
-            used.add(name)
-    converted = float16.convert_float_to_float16(model, keep_io_types=True)
-    repaired = repair_fp16_casts(converted)
+    converted, repaired = float16_model(src)
     dst.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(converted, str(dst))
     notes = ["fp16: network converted to float16 (I/O kept float32), built strongly typed"]

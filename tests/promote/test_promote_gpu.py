@@ -4,7 +4,6 @@ not present (no GPU runs here)."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -23,12 +22,13 @@ from gpt_triton.core.records import Candidate, DeployInfo, Machine, RunReport
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.deploy import parse_config
-from gpt_triton.promote import cli as verify_cli
 from gpt_triton.promote import verify as verify_module
 from gpt_triton.promote.candidate import promote_candidate
 from gpt_triton.promote.repository import PROVENANCE_FILE
 from gpt_triton.testing import fake_tensorrt
 from gpt_triton.testing.models import build_tiny_mlp
+
+from .test_promote_verify_cli import run_verify
 
 T4 = {"name": "Tesla T4", "compute_capability": "7.5", "driver": "550.54"}
 
@@ -110,19 +110,6 @@ def test_a_candidate_never_deployed_in_this_run(info: ModelInfo, trt: Any, tmp_p
 
 
 # --- gpt-triton verify -----------------------------------------------------------------------------------
-
-def run_verify(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    verify_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["verify", *argv])
-    try:
-        code = args.func(args)
-    except GptTritonError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        code = exc.exit_code
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 @pytest.fixture
 def plan_repo(info: ModelInfo, trt: Any, gpu_here: dict[str, Any], tmp_path: Path, key: bytes,
