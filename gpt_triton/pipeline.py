@@ -201,4 +201,5 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
         name = spec.promotion.model_name or run.info.name
         promoted = promote_candidate(repository, name, report, accepted, spec.promotion.keep_versions, signing_key)
         report.promoted_version, report.promoted_path = promoted.version, str(promoted.path)
-        run.decide(f"promoted {accepted.id} as {name} version {promoted.version} into {repository}")
+        run.decide(f"promoted {accepted.id} as {name} version {promoted.version} into {repository}"
+                   + ("" if promoted.signed else ", UNSIGNED: no signing key was set, nothing proves it untampered"))

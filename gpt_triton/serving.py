@@ -28,8 +28,9 @@ def open_server(run: Run, label: str) -> Iterator[TritonServer]:
         finally:
             server.stop()
         return
+    # Staging serves unsigned candidates: the server gets no signing key (the adapter would refuse them).
     with EmbeddedTriton(repository=run.staging, workdir=run.run_dir / "triton",
-                        log_path=run.run_dir / f"triton-{label}.log") as embedded:
+                        log_path=run.run_dir / f"triton-{label}.log", signing_key=False) as embedded:
         yield embedded
 
 

@@ -46,12 +46,20 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from gpt_triton.promote.signing import load_signing_key
-    from gpt_triton.promote.verify import verify_repository
+    from gpt_triton.promote.verify import unsigned_versions, verify_repository
     from gpt_triton.tensorrt_support import tensorrt_for_image
 
     key = load_signing_key(args.signing_key_file)
     if not key:
-        raise GptTritonError("no signing key: set GPT_TRITON_SIGNING_KEY or pass --signing-key-file")
+        unsigned, total = unsigned_versions(args.repository, args.model)
+        if unsigned and len(unsigned) == total:
+            raise GptTritonError(
+                f"all {total} version(s) in {args.repository} are unsigned (promoted without a signing key; first "
+                f"{unsigned[0]}): nothing proves they are untampered; promote with GPT_TRITON_SIGNING_KEY set"
+            )
+        which = f" ({len(unsigned)} of {total} unsigned, first {unsigned[0]})" if unsigned else ""
+        raise GptTritonError(f"no signing key: set GPT_TRITON_SIGNING_KEY or pass --signing-key-file to verify "
+                             f"{args.repository}{which}")
     serving_tensorrt = args.tensorrt_version
     if args.serving_image:
         serving_tensorrt = tensorrt_for_image(args.serving_image)
@@ -69,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
             check.model,
             str(check.version),
             check.runtime,
-            "[green]ok[/green]" if check.signed_ok else f"[red]FAILED[/red] {check.signature_error}",
+            ("[green]ok[/green]" + "".join(f" [yellow]{note}[/yellow]" for note in check.notes))
+            if check.signed_ok else f"[red]FAILED[/red] {check.signature_error}",
             f"[{_VERDICT_STYLE[status]}]{_VERDICT_TEXT[status]}[/{_VERDICT_STYLE[status]}]",
             "; ".join(check.verdict.reasons) or "-",
         )

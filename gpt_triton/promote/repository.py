@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import os
 import py_compile
 import re
@@ -27,7 +28,14 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import sha256_file
 from gpt_triton.environment import environment_fingerprint
 from gpt_triton.promote.lock import promotion_lock
-from gpt_triton.promote.signing import SIGNATURES_FILE, sign_version_dir
+from gpt_triton.promote.signing import (
+    KEY_ENV,
+    KEY_ID_PARAMETER,
+    SIGNATURES_FILE,
+    SIGNED_PARAMETER,
+    sign_version_dir,
+    signer_for,
+)
 
 PROVENANCE_FILE = "provenance.json"
 CONFIG_FILE = "config.pbtxt"
@@ -35,7 +43,9 @@ CONFIG_FILE = "config.pbtxt"
 # (outside every version folder, so unsigned itself) was edited since.
 PROMOTED_CONFIG_FILE = "promoted_config.pbtxt"
 TMP_PREFIX = ".tmp-"
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# fullmatch, not match with "$": "$" also matches before a trailing newline.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class PromotedVersion:
     path: Path
     manifest: dict[str, Any] = field(default_factory=dict)  # the provenance.json written
     pruned: list[int] = field(default_factory=list)  # versions removed by this promotion
+    signed: bool = False  # False: promoted without a signing key (logged as a warning)
 
 
 def list_versions(model_dir: Path) -> list[int]:
@@ -112,15 +123,24 @@ def _write_provenance(version_dir: Path, provenance: dict[str, Any], model_name:
     return manifest
 
 
-def _config_text(config: model_config_pb2.ModelConfig, model_name: str, version: int, serving: int | None) -> str:
+def _config_text(config: model_config_pb2.ModelConfig, model_name: str, version: int, serving: int | None,
+                 key_id: str | None = None) -> str:
     """The model-level config: the given one, named for the model, with a policy that keeps serving loadable.
 
     With a known serving version both it and the new one are listed (a canary needs both); otherwise the
-    two newest stay loadable so the previous version survives a rollback.
+    two newest stay loadable so the previous version survives a rollback. With ``key_id`` (a signed
+    promotion) its parameters say the versions are signed and by which key, where deleting a version's
+    signatures.json cannot remove it (the adapter checks this file against the signed copy).
     """
     final = model_config_pb2.ModelConfig()
     final.CopyFrom(config)
     final.name = model_name
+    for name in (SIGNED_PARAMETER, KEY_ID_PARAMETER):
+        if name in final.parameters:
+            del final.parameters[name]
+    if key_id is not None:
+        final.parameters[SIGNED_PARAMETER].string_value = "true"
+        final.parameters[KEY_ID_PARAMETER].string_value = key_id
     final.ClearField("version_policy")
     if serving is not None and serving != version:
         final.version_policy.specific.versions.extend(sorted({serving, version}))
@@ -161,7 +181,7 @@ def _clean_stale(model_dir: Path) -> None:
 
 
 def _prepare_model_dir(repository: Path, model_name: str) -> Path:
-    if not _MODEL_NAME.match(model_name):
+    if not _MODEL_NAME.fullmatch(model_name):
         raise GptTritonError(f"bad model name {model_name!r}: use letters, digits, '_', '-', '.' (not starting with '.')")
     model_dir = repository / model_name
     try:
@@ -193,6 +213,11 @@ def promote(
         raise GptTritonError(f"keep_versions must be at least 1 (got {keep_versions})")
     repository = Path(repository)
     model_dir = _prepare_model_dir(repository, model_name)
+    key_id = None
+    if signing_key:
+        signer = signer_for(signing_key)
+        signer.check_can_sign()  # a public key fails here, before anything is written
+        key_id = signer.key_id
     with promotion_lock(model_dir, model_name):
         _clean_stale(model_dir)
         if serving_version is not None and serving_version not in list_versions(model_dir):
@@ -213,12 +238,12 @@ def promote(
             for reserved in (PROVENANCE_FILE, SIGNATURES_FILE, PROMOTED_CONFIG_FILE):
                 if (tmp_dir / reserved).exists():
                     raise GptTritonError(f"write_version must not write {reserved}: promotion adds it")
-            config_text = _config_text(config, model_name, version, serving_version)
+            config_text = _config_text(config, model_name, version, serving_version, key_id)
             (tmp_dir / PROMOTED_CONFIG_FILE).write_text(config_text)
             _compile_python(tmp_dir)
             manifest = _write_provenance(tmp_dir, provenance, model_name, version)
             if signing_key:
-                sign_version_dir(tmp_dir, signing_key)
+                sign_version_dir(tmp_dir, signing_key, model=model_name, version=version)
             _fsync_tree(tmp_dir)
             with open(tmp_config, "w") as handle:
                 handle.write(config_text)
@@ -242,4 +267,7 @@ def promote(
         with contextlib.suppress(OSError):
             _fsync_path(model_dir)
         pruned = _prune(model_dir, keep_versions, serving_version, version)
-        return PromotedVersion(version=version, path=final_dir, manifest=manifest, pruned=pruned)
+    if not signing_key:
+        _log.warning("promoted %s version %d UNSIGNED: no signing key is set, so nothing can tell a tampered copy "
+                     "from it; set %s to sign promotions", model_name, version, KEY_ENV)
+    return PromotedVersion(version=version, path=final_dir, manifest=manifest, pruned=pruned, signed=bool(signing_key))

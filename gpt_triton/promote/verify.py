@@ -23,7 +23,7 @@ from gpt_triton.environment import (
     tensorrt_fingerprint,
 )
 from gpt_triton.promote.repository import CONFIG_FILE, PROMOTED_CONFIG_FILE, PROVENANCE_FILE, list_versions
-from gpt_triton.promote.signing import verify_version_dir
+from gpt_triton.promote.signing import SIGNATURES_FILE, verify_version_dir
 from gpt_triton.tensorrt_support import builder_version
 
 RUNTIME_FILE = "gpt_triton_runtime.json"  # written by the deploy module next to the adapter
@@ -99,10 +99,28 @@ def check_version(model: str, version_dir: Path, key: bytes, current: dict[str, 
         verdict = compare_environment(provenance.get("environment") or {}, current, runtime)
     check = VersionCheck(model=model, version=int(version_dir.name), path=version_dir, runtime=runtime, verdict=verdict)
     try:
-        verify_version_dir(version_dir, key)
+        verified = verify_version_dir(version_dir, key)
     except GptTritonError as exc:
         check.signature_error = str(exc)
+    else:
+        if not verified.bound:
+            check.notes.append(
+                "unbound: signed by an older gpt-triton without its model name and version, so a copy of it "
+                "under another number would verify too; re-promote to bind it"
+            )
     return check
+
+
+def unsigned_versions(repository: Path, model: str | None) -> tuple[list[str], int]:
+    """(``model/version`` of every version without signatures.json, number of versions): what verify
+    says when no key is set."""
+    unsigned, total = [], 0
+    for model_dir in _models(Path(repository), model):
+        for version in list_versions(model_dir):
+            total += 1
+            if not (model_dir / str(version) / SIGNATURES_FILE).exists():
+                unsigned.append(f"{model_dir.name}/{version}")
+    return unsigned, total
 
 
 def _operational(text: str) -> Any:

@@ -43,6 +43,9 @@ _PR_SET_PDEATHSIG = 1
 # Triton log lines look like "E1202 18:20:00.123456 123 file.cc:42] message".
 _LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]]+\] ?(.*)$")
 
+# The variables the adapter reads its verification key from (gpt_triton.promote.signing reads the same).
+SIGNING_KEY_ENVS = ("GPT_TRITON_SIGNING_KEY", "GPT_TRITON_SIGNING_KEY_FILE")
+
 
 def _pytriton_dir() -> Path:
     spec = importlib.util.find_spec("pytriton")
@@ -142,8 +145,13 @@ class EmbeddedTriton(TritonServer):
         workdir: Path | None = None,
         log_path: Path | None = None,
         extra_args: Sequence[str] = (),
+        signing_key: bool = True,
     ) -> None:
+        """``signing_key=False``: the server does not inherit GPT_TRITON_SIGNING_KEY(_FILE). A tuning run's
+        staging server serves unsigned candidates, which the adapter refuses wherever a key is set; and a
+        key is passed only to the processes that verify with it."""
         super().__init__()
+        self.signing_key = signing_key
         self.repository = Path(repository).resolve()
         self.native_backends = frozenset()
         self._workdir_arg = Path(workdir) if workdir is not None else None
@@ -204,6 +212,9 @@ class EmbeddedTriton(TritonServer):
         # No __pycache__ next to model.py in a (signed) version directory. The 2.51 stub ignores this,
         # which is why write_version_files ships the bytecode; it still covers other python models.
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if not self.signing_key:
+            for name in SIGNING_KEY_ENVS:
+                env.pop(name, None)
         return env
 
     def _launch(self, backends: Path, http_port: int, grpc_port: int, metrics_port: int) -> None:

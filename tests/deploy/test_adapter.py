@@ -126,3 +126,34 @@ def test_bad_runtime_option_is_the_load_error_and_names_it(
     with pytest.raises(ModelLoadError, match=r"session_options\.intra_op_threads"):
         triton_server.load(tmp_path / name)
     assert triton_server.client().is_server_live()
+
+
+@pytest.mark.slow
+def test_a_key_or_a_signed_config_makes_signatures_required(
+    tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17 fault 1: a version without signatures.json was served unverified whatever the server's key;
+    now a key on the server, or a model config marked signed at promotion, makes it a refusal."""
+    monkeypatch.delenv("GPT_TRITON_SIGNING_KEY_FILE", raising=False)
+    monkeypatch.setenv(KEY_ENV, KEY.hex())
+    info = inspect_model(tiny_model_path)
+    repository = tmp_path / "repo"
+    artifact = artifact_for(tiny_model_path, "onnxruntime", ORT_OPTIONS)
+    with EmbeddedTriton(repository) as server:
+        write_model(repository, "plain", info, resolve_shapes(info, {}), artifact, Route(family="serving"), "python")
+        with pytest.raises(ModelLoadError, match=r"signature verification failed: unsigned version .*plain/1"):
+            server.load(repository / "plain")
+        assert server.client().is_server_live()
+    # A tuning run's staging server serves unsigned candidates: it is started without the key, so the same
+    # unsigned version loads there while the key stays set in the tuner's own environment.
+    with EmbeddedTriton(repository, signing_key=False) as staging:
+        staging.load(repository / "plain")
+        assert staging.client().is_model_ready("plain")
+    # No key on the server, but the config says the model is signed: refused, naming the key id.
+    monkeypatch.delenv(KEY_ENV)
+    with EmbeddedTriton(repository) as server:
+        config = parse_config((repository / "plain" / "config.pbtxt").read_text())
+        config.parameters["gpt_triton_signing_key_id"].string_value = "0123456789abcdef"
+        (repository / "plain" / "config.pbtxt").write_text(config_text(config))
+        with pytest.raises(ModelLoadError, match=r"plain is signed \(key id 0123456789abcdef\) but this server has no key"):
+            server.load(repository / "plain")

@@ -146,6 +146,26 @@ def test_unwritable_repository_names_the_path(tmp_path: Path, config: model_conf
 def test_bad_model_name(tmp_path: Path, config: model_config_pb2.ModelConfig, make_writer: Writer) -> None:
     with pytest.raises(GptTritonError, match="bad model name"):
         promote(tmp_path, "../escape", config, make_writer("a"), PROVENANCE)
+    # Issue 17 fault 11: "$" matched before a trailing newline, so "m\n" was accepted (a folder named "m\n").
+    for name in ("m\n", "m\nother", "m\r", ".hidden", ""):
+        with pytest.raises(GptTritonError, match="bad model name"):
+            promote(tmp_path, name, config, make_writer("a"), PROVENANCE)
+    assert not list(tmp_path.iterdir())
+
+
+def test_unsigned_promotion_says_so(
+    tmp_path: Path, config: model_config_pb2.ModelConfig, make_writer: Writer, key: bytes,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="gpt_triton.promote.repository"):
+        unsigned = promote(tmp_path, "m", config, make_writer("a"), PROVENANCE)
+    assert not unsigned.signed
+    assert "promoted m version 1 UNSIGNED: no signing key is set" in caplog.text
+    assert "gpt_triton_signed" not in (tmp_path / "m" / "config.pbtxt").read_text()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gpt_triton.promote.repository"):
+        assert promote(tmp_path, "m", config, make_writer("b"), PROVENANCE, signing_key=key).signed
+    assert "UNSIGNED" not in caplog.text
 
 
 def test_pruning_only_below_the_serving_version(tmp_path: Path, config: model_config_pb2.ModelConfig, make_writer: Writer) -> None:

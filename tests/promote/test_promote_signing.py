@@ -259,3 +259,129 @@ def test_versions_signed_before_the_seam_still_verify(tmp_path: Path, key: bytes
     sign_version_dir(new, signing_key)
     assert (new / SIGNATURES_FILE).read_text() == recorded
     assert key_id(key) == RECORDED["hmac-sha256"]["key_id"]
+
+
+# ------------------------------------------------------------------ issue 17: binding and the adapter's policy
+
+
+def _promoted(tmp_path: Path, key: bytes, names: tuple[str, ...] = ("m",), versions: int = 2) -> Path:
+    from tritonclient.grpc import model_config_pb2
+
+    from gpt_triton.promote.repository import promote
+
+    config = model_config_pb2.ModelConfig(backend="python", max_batch_size=8)
+    repo = tmp_path / "repo"
+    for name in names:
+        for n in range(versions):
+            def write(version_dir: Path, payload: bytes = f"{name}{n}".encode()) -> None:
+                (version_dir / "model.onnx").write_bytes(payload * 100)
+            promote(repo, name, config, write, {"runtime": "onnxruntime"}, signing_key=key)
+    return repo
+
+
+def test_recorded_unbound_versions_verify_as_unbound(tmp_path: Path, key: bytes) -> None:
+    old = tmp_path / "old" / "1"
+    _write_recorded_version(old)
+    (old / SIGNATURES_FILE).write_text(json.dumps(RECORDED["hmac-sha256"]))
+    assert verify_version_dir(old, key).bound is False
+
+
+@pytest.mark.parametrize("pem", [False, True])
+def test_a_copied_version_does_not_verify(tmp_path: Path, key: bytes, pem: bool) -> None:
+    """Fault 2: version 1 copied over version 2, or into another model, verified before binding."""
+    import shutil
+
+    signing_key, verification_key = _pem_pair(1) if pem else (key, key)
+    repo = _promoted(tmp_path, signing_key, names=("m", "n"))
+    assert verify_version_dir(repo / "m" / "2", verification_key).bound
+    shutil.rmtree(repo / "m" / "2")
+    shutil.copytree(repo / "m" / "1", repo / "m" / "2")
+    with pytest.raises(GptTritonError, match=r"copied version .*m/2: it was signed as m version 1, not m version 2"):
+        verify_version_dir(repo / "m" / "2", verification_key)
+    shutil.rmtree(repo / "n" / "1")
+    shutil.copytree(repo / "m" / "1", repo / "n" / "1")
+    with pytest.raises(GptTritonError, match=r"copied version .*n/1: it was signed as m version 1, not n version 1"):
+        verify_version_dir(repo / "n" / "1", verification_key)
+
+
+def test_the_binding_is_signed(tmp_path: Path, key: bytes) -> None:
+    """Editing the recorded model or version in signatures.json breaks the signature (no relabelling)."""
+    import shutil
+
+    repo = _promoted(tmp_path, key)
+    shutil.rmtree(repo / "m" / "2")
+    shutil.copytree(repo / "m" / "1", repo / "m" / "2")
+    path = repo / "m" / "2" / SIGNATURES_FILE
+    document = json.loads(path.read_text())
+    document["version"] = 2
+    path.write_text(json.dumps(document))
+    with pytest.raises(GptTritonError, match=r"tampered file .*m/2/signatures\.json: its manifest MAC"):
+        verify_version_dir(repo / "m" / "2", key)
+    document["format"] = "gpt-triton-signatures/1"  # downgraded to unbound: the signature covered the binding
+    path.write_text(json.dumps(document))
+    with pytest.raises(GptTritonError, match=r"tampered file .*m/2/signatures\.json"):
+        verify_version_dir(repo / "m" / "2", key)
+
+
+def _server_key(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    monkeypatch.delenv("GPT_TRITON_SIGNING_KEY_FILE", raising=False)
+    if value is None:
+        monkeypatch.delenv("GPT_TRITON_SIGNING_KEY", raising=False)
+    else:
+        monkeypatch.setenv("GPT_TRITON_SIGNING_KEY", value)
+
+
+def test_before_load_refuses_a_missing_or_unreadable_signature_file(
+    tmp_path: Path, key: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault 1: with a key set, no signatures.json is a refusal, not a skip."""
+    from gpt_triton.promote.signing import verify_before_load
+
+    repo = _promoted(tmp_path, key)
+    _server_key(monkeypatch, key.hex())
+    assert verify_before_load(repo / "m" / "2").bound
+    (repo / "m" / "2" / SIGNATURES_FILE).write_text("{not json")
+    with pytest.raises(GptTritonError, match=r"tampered file .*m/2/signatures\.json: not readable JSON"):
+        verify_before_load(repo / "m" / "2")
+    (repo / "m" / "2" / SIGNATURES_FILE).unlink()
+    with pytest.raises(GptTritonError, match=r"unsigned version .*m/2: no signatures\.json"):
+        verify_before_load(repo / "m" / "2")
+    # A model whose config says it is signed, on a server without a key: refused, naming the key id.
+    _server_key(monkeypatch, None)
+    with pytest.raises(GptTritonError, match=f"m is signed \\(key id {key_id(key)}\\) but this server has no key"):
+        verify_before_load(repo / "m" / "1", key_id(key))
+
+
+def test_promotion_marks_the_config_as_signed(tmp_path: Path, key: bytes) -> None:
+    text = (_promoted(tmp_path, key) / "m" / "config.pbtxt").read_text()
+    assert 'key: "gpt_triton_signed"' in text and f'string_value: "{key_id(key)}"' in text
+
+
+def test_before_load_checks_the_model_config_on_disk(
+    tmp_path: Path, key: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault 3: an edited config.pbtxt is refused for every version; a new version_policy is not an edit."""
+    from gpt_triton.promote.signing import verify_before_load
+
+    repo = _promoted(tmp_path, key)
+    _server_key(monkeypatch, key.hex())
+    config = repo / "m" / "config.pbtxt"
+    original = config.read_text()
+    config.write_text(original.replace("latest {\n    num_versions: 2\n  }", "specific {\n    versions: 1\n  }"))
+    verify_before_load(repo / "m" / "1")
+    edits = [
+        original.replace("max_batch_size: 8", "max_batch_size: 64"),
+        original + 'parameters {\n  key: "EXECUTION_ENV_PATH"\n  value {\n    string_value: "/tmp/env.tar.gz"\n  }\n}\n',
+        original.replace('string_value: "true"', 'string_value: "false"'),
+        # a top-level field hidden inside a version_policy block: not the layout promotion writes
+        original.replace("num_versions: 2\n  }\n}", "num_versions: 2\n  }\n} max_batch_size: 64\n"),
+    ]
+    for edited in edits:
+        assert edited != original
+        config.write_text(edited)
+        for version in ("1", "2"):
+            with pytest.raises(GptTritonError, match=r"tampered file .*m/config\.pbtxt: differs from the config signed with version 2"):
+                verify_before_load(repo / "m" / version)
+    config.unlink()
+    with pytest.raises(GptTritonError, match=r"cannot read .*m/config\.pbtxt"):
+        verify_before_load(repo / "m" / "2")

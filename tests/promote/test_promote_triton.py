@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,10 @@ from gpt_triton.testing.models import build_tiny_mlp
 pytestmark = pytest.mark.slow
 
 
-def _infer(server: TritonServer, version: str, x: np.ndarray) -> np.ndarray:
+def _infer(server: TritonServer, version: str, x: np.ndarray, model: str = "mlp") -> np.ndarray:
     tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
-    result = server.client().infer("mlp", [tensor], model_version=version)
+    result = server.client().infer(model, [tensor], model_version=version)
     output = result.as_numpy("y")
     assert output is not None
     return output
@@ -89,3 +90,55 @@ def test_signed_versions_load_and_tampering_is_refused(
         target.write_bytes(bytes(data))
         with pytest.raises(GptTritonError, match=r"tampered file .*mlp/2/model\.onnx"):
             server.load(repo / "mlp")
+
+
+def _promote_twice(repo: Path, name: str, tmp_path: Path, key: bytes) -> Path:
+    """Two signed versions of ``name`` (a tiny MLP) in ``repo``; returns the ONNX they were built from."""
+    source = build_tiny_mlp(tmp_path / name / "model.onnx")
+    info = inspect_model(source)
+    artifact = Artifact(
+        family="onnxruntime", runtime="onnxruntime", route=Route(family="onnxruntime"),
+        directory=str(source.parent), files=["model.onnx"], runtime_options={},
+    )
+    config = model_config(name, info, {"x": [1, 16]}, artifact, Route(family="serving"), "python")
+    for _ in range(2):
+        promote(repo, name, config, lambda d: write_version_files(d, artifact, "python"),
+                {"run_id": "tamper", "runtime": "onnxruntime", "model_sha256": info.sha256}, signing_key=key)
+    return source
+
+
+def test_tampered_versions_are_refused_by_triton(tmp_path: Path, key: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17 faults 1-3, each on a real Triton with the key in its environment: every one of these
+    tampered models loaded and served before the adapter checked them."""
+    monkeypatch.delenv("GPT_TRITON_SIGNING_KEY_FILE", raising=False)
+    monkeypatch.setenv("GPT_TRITON_SIGNING_KEY", key.hex())
+    repo = tmp_path / "production"
+    names = ("unsigned", "copied", "edited", "policy")
+    for name in names:
+        _promote_twice(repo, name, tmp_path, key)
+    # 1. signatures.json deleted and the weights swapped for other (valid) ones.
+    (repo / "unsigned" / "2" / "signatures.json").unlink()
+    build_tiny_mlp(repo / "unsigned" / "2" / "model.onnx", seed=7)
+    # 2. version 1 copied over version 2 (a rollback nobody signed).
+    shutil.rmtree(repo / "copied" / "2")
+    shutil.copytree(repo / "copied" / "1", repo / "copied" / "2")
+    # 3. the model-level config edited: another instance count.
+    config = repo / "edited" / "config.pbtxt"
+    assert "count: 1\n" in config.read_text()
+    config.write_text(config.read_text().replace("count: 1\n", "count: 2\n"))
+    # Not tampering: a canary pinning versions rewrites only version_policy.
+    policy = repo / "policy" / "config.pbtxt"
+    policy.write_text(policy.read_text().replace(
+        "latest {\n    num_versions: 2\n  }", "specific {\n    versions: 1\n    versions: 2\n  }"))
+
+    with EmbeddedTriton(repo, workdir=tmp_path / "server") as server:
+        with pytest.raises(GptTritonError, match=r"unsigned version .*unsigned/2: no signatures\.json"):
+            server.load(repo / "unsigned")
+        with pytest.raises(GptTritonError, match=r"copied version .*copied/2: it was signed as copied version 1"):
+            server.load(repo / "copied")
+        with pytest.raises(GptTritonError, match=r"tampered file .*edited/config\.pbtxt: differs from the config"):
+            server.load(repo / "edited")
+        server.load(repo / "policy")
+        x = np.ones((1, 16), np.float32)
+        assert _infer(server, "2", x, "policy").shape == (1, 4)
+        assert server.client().is_server_live()

@@ -140,3 +140,33 @@ def test_entry_point(repo: Path, key: bytes) -> None:
     bad = subprocess.run([sys.executable, "-m", "gpt_triton.cli", "verify", str(repo)], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == f"error: missing file {repo / 'other' / '1' / 'model.py'}: it was signed but is gone; re-promote the version"
+
+
+def test_without_a_key_unsigned_versions_are_named(
+    tmp_path: Path, config: model_config_pb2.ModelConfig, make_writer: Writer, key_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 17 fault 1: verify says the versions are unsigned, not only that it has no key."""
+    root = tmp_path / "unsigned"
+    for payload in ("a", "b"):
+        promote(root, "m", config, make_writer(payload), {"runtime": "onnxruntime"})
+    code, _, err = run_verify([str(root)], capsys)
+    assert code == 2 and "all 2 version(s) in" in err and "are unsigned (promoted without a signing key; first m/1)" in err
+    promote(root, "m", config, make_writer("c"), {"runtime": "onnxruntime"}, signing_key=bytes.fromhex(key_file.read_text()))
+    code, _, err = run_verify([str(root)], capsys)
+    assert code == 2 and "no signing key" in err and "(2 of 3 unsigned, first m/1)" in err
+
+
+def test_unbound_versions_are_reported(
+    tmp_path: Path, key: bytes, key_file: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Versions signed before model and version were bound still verify, reported as unbound."""
+    from gpt_triton.promote.signing import sign_version_dir
+
+    version = tmp_path / "legacy" / "m" / "1"
+    version.mkdir(parents=True)
+    (version / "model.onnx").write_bytes(b"weights")
+    sign_version_dir(version, key)  # no model or version: the old, unbound document
+    code, out, err = run_verify([str(tmp_path / "legacy"), "--signing-key-file", str(key_file), "--allow-drift"], capsys)
+    assert code == 0, err
+    assert "ok unbound" in out

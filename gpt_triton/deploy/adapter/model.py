@@ -15,10 +15,14 @@ Latency matters more than elegance here (the target is served <= 1.10x in-proces
 * nothing is imported or looked up per request that could be resolved at initialize (the runner's
   ``infer`` is bound once).
 
-A version directory that carries ``signatures.json`` is verified with
-``gpt_triton.promote.signing.verify_version_dir`` before anything is loaded; if that module cannot be
-imported, the version is refused rather than served unverified. The shipped runtime modules are
-imported only after that check. Errors in initialize raise, and Triton reports them as the model's
+Before anything is loaded, ``gpt_triton.promote.signing.verify_before_load`` checks the version when a
+signing key is set in Triton's environment, when the version carries ``signatures.json``, or when the
+model config says its versions are signed (``gpt_triton_signing_key_id``, written at promotion): the
+files, the model name and version they were signed for, and the model-level ``config.pbtxt`` on disk.
+A missing or unreadable signatures.json is then a refusal, never a skip; if that module cannot be
+imported, the version is refused rather than served unverified. With none of the three (an unsigned
+repository and no key: the demo), nothing is checked. The shipped runtime modules are imported only
+after that check. Errors in initialize raise, and Triton reports them as the model's
 load error.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,20 +41,31 @@ import triton_python_backend_utils as pb_utils
 RUNTIME_FILE = "gpt_triton_runtime.json"
 SIGNATURES_FILE = "signatures.json"
 RUNTIMES_DIR = "gpt_triton_runtimes"  # deploy's copy of gpt_triton.runtimes, beside this file
+KEY_ENVS = ("GPT_TRITON_SIGNING_KEY", "GPT_TRITON_SIGNING_KEY_FILE")  # as gpt_triton.promote.signing reads them
+KEY_ID_PARAMETER = "gpt_triton_signing_key_id"  # promotion's mark of a signed model, in config.pbtxt
 
 
-def _verify_signatures(version_dir: Path) -> None:
-    if not (version_dir / SIGNATURES_FILE).is_file():
-        return
+def _declared_key_id(config: dict) -> str | None:
+    value = (config.get("parameters") or {}).get(KEY_ID_PARAMETER)
+    text = value.get("string_value") if isinstance(value, dict) else None
+    return str(text) if text else None
+
+
+def _verify_signatures(version_dir: Path, config: dict) -> None:
+    declared = _declared_key_id(config)
+    key_set = any(name in os.environ for name in KEY_ENVS)
+    # lexists: a signatures.json that is a dangling link or unreadable is a reason to check, not to skip.
+    if not (key_set or declared or os.path.lexists(version_dir / SIGNATURES_FILE)):
+        return  # unsigned repository, no key on this server: nothing to verify against
     try:
-        from gpt_triton.promote.signing import verify_version_dir
+        from gpt_triton.promote.signing import verify_before_load
     except ImportError as exc:
         raise RuntimeError(
-            f"{version_dir} is signed but gpt_triton.promote.signing cannot be imported ({exc}); "
-            "refusing to serve an unverified version"
+            f"{version_dir} must be verified but gpt_triton.promote.signing cannot be imported ({exc}); "
+            "install gpt-triton in Triton's python environment (refusing to serve an unverified version)"
         ) from exc
     try:
-        verify_version_dir(version_dir)
+        verify_before_load(version_dir, declared)
     except Exception as exc:  # GptTritonError and anything unexpected: refuse either way
         raise RuntimeError(f"signature verification failed: {exc}") from exc
 
@@ -84,7 +100,7 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         version_dir = Path(args["model_repository"]) / str(args["model_version"])
-        _verify_signatures(version_dir)
+        _verify_signatures(version_dir, config)
         description = json.loads((version_dir / RUNTIME_FILE).read_text())
         runtimes = _import_runtimes(version_dir)
         runtime = runtimes.get_runtime(description["runtime"])
