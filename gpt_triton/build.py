@@ -39,6 +39,7 @@ from typing import Any
 
 import psutil
 
+from gpt_triton.core.model_info import request_batch
 from gpt_triton.core.outcomes import BuildOutcome
 from gpt_triton.core.records import BuildCost, Candidate
 from gpt_triton.core.routes import Artifact, BuildContext, Route
@@ -307,13 +308,13 @@ def _serving_batch(candidate: Candidate, family: RouteFamily, context: BuildCont
     if not family.batch_in_build:
         return None
     model = context.model
-    request_batch = max((shape[0] for shape in context.shapes.values() if shape), default=1)
-    top = ServingFamily.resolved_max_batch_size(candidate.serving, model, request_batch)
+    batch = request_batch(context.shapes)
+    top = ServingFamily.resolved_max_batch_size(candidate.serving, model, batch)
     if top <= 0:
         return 0, 0
     serving = families.get("serving")
     knobs = full_knobs(serving, candidate.serving, model) if serving is not None else dict(candidate.serving.knobs)
-    opt = request_batch
+    opt = batch
     if knobs.get("dynamic_batching"):
         preferred = [int(b) for b in knobs.get("preferred_batch_sizes") or [] if 0 < int(b) <= top]
         opt = max(preferred) if preferred else top

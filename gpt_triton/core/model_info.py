@@ -146,3 +146,21 @@ def resolve_shapes(info: ModelInfo, hints: dict[str, list[int]]) -> dict[str, li
             )
         shapes[tensor.name] = [1 if (isinstance(d, str) or d < 0) else d for d in tensor.dims]
     return shapes
+
+
+# Triton batching, one rule for the config deploy writes and the engines a build makes for it.
+DEFAULT_MAX_BATCH = 8
+
+
+def request_batch(shapes: dict[str, list[int]]) -> int:
+    """The tuned requests' own batch: the first dim of the input shapes (batch axis included)."""
+    return max((shape[0] for shape in shapes.values() if shape), default=1)
+
+
+def serving_max_batch(model: ModelInfo, requested: int | None, batch: int = 1) -> int:
+    """The config's max_batch_size for a serving route asking ``requested`` (None: unset) with requests of
+    ``batch``: 0 for a model without a dynamic batch axis; unset means DEFAULT_MAX_BATCH raised to the
+    requests' batch so they fit."""
+    if not model.batch_dynamic:
+        return 0
+    return max(DEFAULT_MAX_BATCH, batch) if requested is None else int(requested)

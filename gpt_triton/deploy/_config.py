@@ -33,7 +33,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from gpt_triton import runtimes
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.model_info import ModelInfo, TensorInfo
+from gpt_triton.core.model_info import (
+    DEFAULT_MAX_BATCH,
+    ModelInfo,
+    TensorInfo,
+    request_batch,
+    serving_max_batch,
+)
 from gpt_triton.core.records import DeployInfo
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy._plan import check_plan_config, plan_engine, plan_path
@@ -44,7 +50,6 @@ RUNTIME_FILE = "gpt_triton_runtime.json"
 # The adapter imports the runtime layer from a copy beside it (production Triton has no gpt_triton).
 RUNTIMES_SOURCE = Path(runtimes.__file__).parent
 RUNTIMES_DIR = "gpt_triton_runtimes"
-DEFAULT_BATCHED_MAX = 8
 # Native backends whose auto-complete adds `dynamic_batching {}` when max_batch_size > 1 and no scheduler
 # is configured (onnxruntime_backend, openvino_backend, tensorrt_backend: AutoCompleteConfig).
 AUTOCOMPLETES_DYNAMIC_BATCHING = frozenset({"onnxruntime", "openvino", "tensorrt"})
@@ -58,7 +63,7 @@ class UnservableError(GptTritonError):
 
 def default_max_batch_size(model: ModelInfo) -> int:
     """8 when every input and output has a dynamic batch axis (Triton may batch), else 0."""
-    return DEFAULT_BATCHED_MAX if model.batch_dynamic else 0
+    return DEFAULT_MAX_BATCH if model.batch_dynamic else 0
 
 
 def _native(artifact: Artifact) -> NativeBackendConfig | None:
@@ -111,16 +116,13 @@ def _serving_knobs(serving: Route, model: ModelInfo, shapes: dict[str, list[int]
     knobs = dict(serving.knobs)
     max_batch = knobs.get("max_batch_size")
     # The tuned request itself must fit: its batch axis is the first dim of each input shape.
-    request_batch = max((shape[0] for shape in shapes.values() if shape), default=1) if model.batch_dynamic else 0
-    if max_batch is None:
-        knobs["max_batch_size"] = max(default_max_batch_size(model), request_batch)
-    else:
-        knobs["max_batch_size"] = int(max_batch)
-        if 0 < knobs["max_batch_size"] < request_batch:
-            raise GptTritonError(
-                f"serving route sets max_batch_size={max_batch} but requests carry batch {request_batch}; "
-                "raise max_batch_size or send smaller batches (--shape)"
-            )
+    batch = request_batch(shapes) if model.batch_dynamic else 0
+    knobs["max_batch_size"] = serving_max_batch(model, None, batch) if max_batch is None else int(max_batch)
+    if max_batch is not None and 0 < knobs["max_batch_size"] < batch:
+        raise GptTritonError(
+            f"serving route sets max_batch_size={max_batch} but requests carry batch {batch}; "
+            "raise max_batch_size or send smaller batches (--shape)"
+        )
     knobs["instance_count"] = int(knobs.get("instance_count", 1))
     knobs["dynamic_batching"] = bool(knobs.get("dynamic_batching", False))
     knobs["max_queue_delay_us"] = int(knobs.get("max_queue_delay_us", 0))

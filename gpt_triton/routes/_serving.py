@@ -18,11 +18,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.model_info import DEFAULT_MAX_BATCH, ModelInfo, serving_max_batch
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._common import make_artifact, source_model
-
-DEFAULT_MAX_BATCH = 8
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,9 +84,7 @@ class ServingFamily(RouteFamily):
         """The max_batch_size deploy writes for this route (gpt_triton.deploy._config._serving_knobs): unset
         means DEFAULT_MAX_BATCH, raised to the tuned requests' own batch so they fit."""
         value: Any = route.knobs.get("max_batch_size")
-        if not model.batch_dynamic:
-            return 0
-        return max(DEFAULT_MAX_BATCH, request_batch) if value is None else int(value)
+        return serving_max_batch(model, value, request_batch)
 
     def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
         src = source_model(context)
