@@ -14,6 +14,7 @@ from gpt_triton.accuracy.reference import HeldOut
 from gpt_triton.accuracy.served import accept
 from gpt_triton.accuracy.validate import infer_requests
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.measurements import ObjectiveContrasts
 from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
 from gpt_triton.core.records import Candidate, Gain
@@ -38,11 +39,13 @@ def isolated_estimates(run: Run, measured: Sequence[Candidate]) -> None:
                    "selection uses the served figures only")
 
 
-def selection(run: Run, measured: Sequence[Candidate]) -> Selection:
-    """Select among measured candidates with the run's objective, accuracy policy and drift models."""
+def selection(run: Run, measured: Sequence[Candidate],
+              contrasts: Sequence[ObjectiveContrasts] | None = None) -> Selection:
+    """Select among measured candidates with the run's objective and accuracy policy, judging ties on
+    ``contrasts`` (default: the drift models of the run's search)."""
     spec = run.spec
-    return select(measured, spec.objective, lambda c: candidate_eligible(c, spec.accuracy), run.report.contrasts,
-                  spec.measure.confidence)
+    return select(measured, spec.objective, lambda c: candidate_eligible(c, spec.accuracy),
+                  run.report.contrasts if contrasts is None else contrasts, spec.measure.confidence)
 
 
 def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None) -> Gain | None:
@@ -78,10 +81,8 @@ def repeat_check(run: Run, measured: Sequence[Candidate], first: Selection) -> N
             run.progress.bar("repeat check: measuring again (windows)", None) as advance:
         again = measurer(run, server, advance).measure(loaded)
     run.apply(copies, again.outcomes)
-    spec = run.spec
-    second = select([c for c in copies if c.status == "measured"], spec.objective,
-                    lambda c: candidate_eligible(c, spec.accuracy), [again.contrasts] if again.contrasts else [],
-                    spec.measure.confidence)
+    second = selection(run, [c for c in copies if c.status == "measured"],
+                       [again.contrasts] if again.contrasts else [])
     first_set = {first.winner_id, *first.ties}
     second_set = {second.winner_id, *second.ties}
     if first.winner_id == second.winner_id:
