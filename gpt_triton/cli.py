@@ -1,7 +1,7 @@
 """Command line: ``gpt-triton <command>``. Each command lives in its stage's module and registers here.
 
 Convention: a command module exposes ``register(subparsers)`` that adds its parser and sets
-``func=<callable(args) -> int>``. User errors are :class:`GptTritonError`: one line, exit code 2.
+``func=<callable(args) -> int>``. User errors are :class:`GptTritonError`: one line, exit codes in core.errors.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from gpt_triton import __version__
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import EXIT_INTERRUPTED, GptTritonError
 
 # Modules that register commands, in help order. Imported lazily so `gpt-triton --help` is fast.
 COMMAND_MODULES = [
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
