@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 import platform
 import shutil
 import socket
 import subprocess
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -104,12 +106,82 @@ def _gpus() -> list[dict[str, str]]:
     return gpus
 
 
+CGROUP_ROOT_ENV = "GPT_TRITON_CGROUP_ROOT"  # another cgroup directory to read (tests, unusual mounts)
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _own_cgroup_dirs(root: Path) -> list[Path]:
+    """This process's cgroup directories below ``root`` (from /proc/self/cgroup), then ``root`` itself
+    (inside a container with its own cgroup namespace the two are the same)."""
+    dirs: list[Path] = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _hier, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if path.startswith("/") and path != "/":
+            rel = path.lstrip("/")
+            if controllers == "":  # v2 unified
+                dirs.append(root / rel)
+            elif "cpu" in controllers.split(","):  # v1: cpu or cpu,cpuacct
+                dirs += [root / controllers / rel, root / "cpu" / rel, root / "cpu,cpuacct" / rel]
+    return dirs + [root, root / "cpu", root / "cpu,cpuacct"]
+
+
+def _read_quota(directory: Path) -> float | None:
+    """CPUs allowed by the CFS quota of one cgroup directory; None when unlimited or not there.
+
+    v2: ``cpu.max`` holds "<quota> <period>" or "max <period>"; v1: ``cpu.cfs_quota_us`` (-1 = none) and
+    ``cpu.cfs_period_us``."""
+    try:
+        quota_text, _, period_text = (directory / "cpu.max").read_text().strip().partition(" ")
+        if quota_text == "max":
+            return None
+        return int(quota_text) / int(period_text or "100000")
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((directory / "cpu.cfs_quota_us").read_text().strip())
+        period = int((directory / "cpu.cfs_period_us").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cpu_quota(cgroup_root: Path | None = None) -> float | None:
+    """The CPUs this process may use per scheduling period under its CFS quota (a Kubernetes CPU limit),
+    or None without one. ``cgroup_root`` (or $GPT_TRITON_CGROUP_ROOT) replaces /sys/fs/cgroup."""
+    override = cgroup_root or (Path(os.environ[CGROUP_ROOT_ENV]) if os.environ.get(CGROUP_ROOT_ENV) else None)
+    if override is not None:
+        return _read_quota(override)
+    for directory in _own_cgroup_dirs(_CGROUP_ROOT):
+        quota = _read_quota(directory)
+        if quota is not None:
+            return quota
+    return None
+
+
+def cpu_cores(cgroup_root: Path | None = None) -> int:
+    """The cores this process can keep busy: its CPU affinity (a container's cpuset, exclusive cores under
+    the static CPU manager) capped by its CFS quota rounded up (a CPU limit throttles past it, which
+    sched_getaffinity does not show)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cpu_quota(cgroup_root)
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota - 1e-9)))
+    return cores
+
+
 @functools.lru_cache(maxsize=1)
 def _device() -> dict[str, Any]:
     cpu, flags = _cpuinfo()
-    # The cores this process may use (a container's cpuset), not the host's count.
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return {"cpu": cpu, "arch": platform.machine(), "cpu_flags": flags, "cores": cores, "gpus": _gpus()}
+    # The cores this process may use (a container's cpuset and CPU limit), not the host's count.
+    device = {"cpu": cpu, "arch": platform.machine(), "cpu_flags": flags, "cores": cpu_cores(), "gpus": _gpus()}
+    quota = cpu_quota()
+    if quota is not None:
+        device["cpu_quota"] = round(quota, 3)
+    return device
 
 
 def device_fingerprint() -> dict[str, Any]:

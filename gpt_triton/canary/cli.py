@@ -25,9 +25,9 @@ from gpt_triton.canary.controller import (
     DecisionLog,
     TritonVersions,
 )
-from gpt_triton.canary.gates import GateConfig, PromQLGates
+from gpt_triton.canary.gates import PromQLGates, gate_config_from_args, window_from_args
 from gpt_triton.canary.router import LocalRouterShifter, TrafficLoop, WeightedRouter, make_inputs
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError, TransientError
 from gpt_triton.core.spec import parse_duration
 from gpt_triton.metrics.prometheus import PrometheusClient
 
@@ -104,9 +104,9 @@ def _run_canary(
 ) -> tuple[DecisionLog, CanaryResult, TrafficLoop]:
     try:
         if not client.is_server_live():
-            raise GptTritonError(f"Triton at {args.triton_url} is not live")
+            raise TransientError(f"Triton at {args.triton_url} is not live")
     except InferenceServerException as exc:
-        raise GptTritonError(f"Triton at {args.triton_url} is unreachable ({exc.message()}); check --triton-url") from exc
+        raise TransientError(f"Triton at {args.triton_url} is unreachable ({exc.message()}); check --triton-url") from exc
     versions = TritonVersions.from_repository(client, Path(args.repository), args.model)
     candidate = int(args.candidate_version)
     stable = int(args.stable_version) if args.stable_version is not None else _pick_stable(versions, candidate)
@@ -116,13 +116,13 @@ def _run_canary(
     router = WeightedRouter(str(stable), str(candidate), seed=args.seed)
     gates = PromQLGates(
         prometheus, model=args.model, stable=str(stable), candidate=str(candidate),
-        window_s=parse_duration(args.window) if args.window else interval, selector=args.selector,
-        config=GateConfig(max_latency_ratio=args.max_latency_ratio or None, max_latency_ms=args.max_latency_ms,
-                          max_failure_rate=args.max_failure_rate, max_queue_ratio=args.max_queue_ratio),
+        window_s=window_from_args(args, interval), selector=args.selector, namespace=args.namespace or "",
+        config=gate_config_from_args(args),
     )
     log_path = Path(args.log) if args.log else Path("runs/canary") / f"{args.model}-v{candidate}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
     log = DecisionLog(log_path)
-    metrics = CanaryMetrics(args.model, str(stable), str(candidate), pushgateway=args.pushgateway)
+    metrics = CanaryMetrics(args.model, str(stable), str(candidate), pushgateway=args.pushgateway,
+                            namespace=args.namespace or "")
 
     def warmup() -> None:
         for request in (requests * args.warmup)[:args.warmup]:
@@ -143,6 +143,13 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_duration(args.interval)
     policy = CanaryPolicy(steps=steps, interval_s=interval, failure_limit=args.failure_limit,
                           missing_data=args.missing_data, inconclusive_limit=args.inconclusive_limit)
+    window_from_args(args, interval)  # a window too short for the scrape interval is bad input, before anything runs
+    if args.emit:  # the same gates for Argo Rollouts / Flagger: nothing is contacted
+        from gpt_triton.canary.emit import emit
+
+        return emit(args, policy, interval)
+    if args.candidate_version is None:
+        raise GptTritonError("--candidate-version is required (except with --emit)")
     if args.k8s_deployments:  # Kubernetes: the chart's Deployments pin the versions, real clients are the traffic
         from gpt_triton.canary.k8s_mode import run_k8s
 
@@ -172,21 +179,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = subparsers.add_parser("canary", help="roll out a candidate version with Prometheus-gated traffic steps")
     p.add_argument("--repository", help="Triton model repository holding the model (not with --k8s-deployments)")
     p.add_argument("--model", required=True, help="model name in the repository")
-    p.add_argument("--candidate-version", required=True, type=int)
+    p.add_argument("--candidate-version", type=int, default=None, help="the version to roll out (required unless --emit)")
     p.add_argument("--stable-version", type=int, default=None, help="default: the newest other version serving")
     p.add_argument("--prometheus", required=True, help="Prometheus URL that scrapes this Triton's metrics")
     p.add_argument("--triton-url", default="127.0.0.1:8001", help="Triton gRPC HOST:PORT")
     p.add_argument("--steps", default="10,25,50,100", help="candidate traffic percentages")
-    p.add_argument("--interval", default="10s", help="analysis interval per step (rate window by default)")
-    p.add_argument("--window", default=None, help="PromQL rate window (default: --interval)")
+    p.add_argument("--interval", default="1m", help="analysis interval: wait this long at each step before a check")
+    p.add_argument("--scrape-interval", default="15s", help="Prometheus's scrape interval for Triton (sets the default window)")
+    p.add_argument("--window", default=None,
+                   help="PromQL rate window (default: 4 scrape intervals, or --interval if longer; at least 4 scrapes)")
     p.add_argument("--failure-limit", type=int, default=1, help="failed checks that trigger a rollback")
     p.add_argument("--inconclusive-limit", type=int, default=3, help="consecutive checks without data that halt")
-    p.add_argument("--max-latency-ratio", type=float, default=1.05, help="candidate/stable mean latency at most (0 disables)")
-    p.add_argument("--max-latency-ms", type=float, default=None, help="candidate mean latency at most (ms)")
+    p.add_argument("--latency-stat", choices=["p99", "mean"], default="p99",
+                   help="latency gated: p99 from Triton's summaries (worst pod) or the mean from its counters")
+    p.add_argument("--max-latency-ratio", type=float, default=1.1, help="candidate/stable latency at most (0 disables)")
+    p.add_argument("--max-latency-ms", type=float, default=None, help="candidate latency at most (ms)")
     p.add_argument("--max-failure-rate", type=float, default=0.01)
     p.add_argument("--max-queue-ratio", type=float, default=None, help="candidate queue/compute time at most")
     p.add_argument("--missing-data", choices=["inconclusive", "fail"], default="inconclusive")
     p.add_argument("--selector", default="", help='extra PromQL label matchers, e.g. job="triton"')
+    p.add_argument("--namespace", default=None,
+                   help='namespace label every query selects (default: "gpt-triton" with --k8s-deployments or --emit, '
+                        'else series without the label, as a Prometheus scraping Triton directly has them)')
+    p.add_argument("--emit", choices=["argo", "flagger"], default=None,
+                   help="print the same gates as an Argo Rollouts AnalysisTemplate or Flagger MetricTemplates + "
+                        "Canary analysis, and exit (GitOps teams: use these instead of the replica shifter)")
+    p.add_argument("--out", default=None, help="with --emit: write the YAML here instead of stdout")
     p.add_argument("--traffic", default=None, help="npz of inputs (name -> stacked array); default synthetic")
     p.add_argument("--rate", type=float, default=20.0, help="requests per second sent during the canary")
     p.add_argument("--concurrency", type=int, default=2)
@@ -197,7 +215,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     k8s = p.add_argument_group("Kubernetes (charts/gpt-triton Deployments; no traffic is sent, clients hit the Service)")
     k8s.add_argument("--k8s-deployments", metavar="STABLE,CANARY", default=None,
                      help="shift replicas between these Deployments instead of routing locally")
-    k8s.add_argument("--namespace", default="gpt-triton")
     k8s.add_argument("--kube-server", default=None, help="API server URL (default: KUBECONFIG, then in-cluster)")
     k8s.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     k8s.add_argument("--kube-context", default=None, help="kubeconfig context")

@@ -125,12 +125,19 @@ class DecisionLog:
 
 
 class CanaryMetrics:
-    """The canary's decisions as Prometheus metrics, optionally pushed (grouped by job and model)."""
+    """The canary's decisions as Prometheus metrics, optionally pushed (grouped by job, namespace and model).
+
+    Each push replaces the group's series, so ``gpt_triton_canary_decision_info`` names the latest decision
+    only: the ``GptTritonCanaryRolledBack`` alert fires on a rollback and clears when the next canary of
+    the model starts (or when the operator deletes the group, see docs/canary.md).
+    """
 
     def __init__(self, model: str, stable: str, candidate: str, pushgateway: str | None = None,
-                 job: str = "gpt_triton_canary") -> None:
+                 job: str = "gpt_triton_canary", namespace: str = "") -> None:
         self.model, self.stable, self.candidate = model, str(stable), str(candidate)
         self.pushgateway, self.job = pushgateway, job
+        # The Pushgateway adds grouping labels to every series of the group: namespace comes from here.
+        self.grouping_key = {"namespace": namespace, "model": model} if namespace else {"model": model}
         self.registry = CollectorRegistry()
         pair = ("model", "stable", "candidate")
         self.weight = Gauge("gpt_triton_canary_weight", "Share of requests sent to the candidate.", pair,
@@ -161,7 +168,7 @@ class CanaryMetrics:
             return
         try:
             pushadd_to_gateway(self.pushgateway, job=self.job, registry=self.registry,
-                               grouping_key={"model": self.model}, timeout=5.0)
+                               grouping_key=self.grouping_key, timeout=5.0)
         except (urllib.error.URLError, OSError) as exc:
             raise GptTritonError(f"cannot push canary metrics to Pushgateway {self.pushgateway}: {exc}") from exc
 

@@ -32,7 +32,7 @@ from gpt_triton.canary.controller import (
     CanaryPolicy,
     DecisionLog,
 )
-from gpt_triton.canary.gates import GateConfig, PromQLGates
+from gpt_triton.canary.gates import PromQLGates, gate_config_from_args, window_from_args
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.spec import parse_duration
 from gpt_triton.k8s.client import REQUEST_TIMEOUT, KubeClient, api_error, load_api_client
@@ -43,6 +43,7 @@ from gpt_triton.metrics.prometheus import PrometheusClient
 PIN_CONTAINER = "pin-version"
 VERSION_ENV = "VERSION"
 MODEL_ENV = "MODEL"
+DEFAULT_NAMESPACE = "gpt-triton"  # the chart's and k8s/ manifests' namespace
 CHART_HINT = "it was not rendered by charts/gpt-triton (the pin-version init container with MODEL/VERSION env)"
 
 
@@ -205,7 +206,8 @@ def run_k8s(args: argparse.Namespace, policy: CanaryPolicy, interval: float) -> 
         raise GptTritonError("--total-replicas must be at least 1")
     wait_s = parse_duration(args.rollout_timeout)
     # Read-only checks first: a missing Deployment or a forbidden namespace fails before anything changes.
-    kube = KubeClient(load_api_client(args.kube_server, args.kubeconfig, args.kube_context), args.namespace)
+    namespace = args.namespace or DEFAULT_NAMESPACE
+    kube = KubeClient(load_api_client(args.kube_server, args.kubeconfig, args.kube_context), namespace)
     stable, canary = inspect_deployment(kube, stable_name), inspect_deployment(kube, canary_name)
     stable_version, candidate = _versions(args, stable, canary)
     prometheus = PrometheusClient(args.prometheus)
@@ -221,18 +223,17 @@ def run_k8s(args: argparse.Namespace, policy: CanaryPolicy, interval: float) -> 
                                   restore_replicas=restore, wait_s=wait_s, poll_s=args.kube_poll)
     gates = PromQLGates(
         prometheus, model=args.model, stable=str(stable_version), candidate=str(candidate),
-        window_s=parse_duration(args.window) if args.window else interval, selector=args.selector,
-        config=GateConfig(max_latency_ratio=args.max_latency_ratio or None, max_latency_ms=args.max_latency_ms,
-                          max_failure_rate=args.max_failure_rate, max_queue_ratio=args.max_queue_ratio),
+        window_s=window_from_args(args, interval), selector=args.selector, namespace=namespace,
+        config=gate_config_from_args(args),
     )
     log_path = Path(args.log) if args.log else Path("runs/canary") / f"{args.model}-v{candidate}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
     log = DecisionLog(log_path)
-    log.record("kubernetes", namespace=args.namespace, stable_deployment=stable_name, canary_deployment=canary_name,
+    log.record("kubernetes", namespace=namespace, stable_deployment=stable_name, canary_deployment=canary_name,
                stable_replicas=stable.replicas, canary_replicas=canary.replicas, total_replicas=args.total_replicas)
     controller = CanaryController(
         model=args.model, stable=stable_version, candidate=candidate, shifter=shifter, versions=versions, gates=gates,
         policy=policy, log=log, metrics=CanaryMetrics(args.model, str(stable_version), str(candidate),
-                                                      pushgateway=args.pushgateway),
+                                                      pushgateway=args.pushgateway, namespace=namespace),
     )
     result = controller.run()
     if result.outcome == "promoted":

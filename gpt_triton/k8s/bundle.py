@@ -1,12 +1,14 @@
-"""The result bundle a tuning pod prints at the end of its log, and its reader.
+"""The result bundle of a tuning pod: a tar.gz of report.json and the promoted version, and its reader.
 
-Why logs: `pods/log` works through any API server (and RBAC ``get pods/log``) without exec/websocket
-or a helper pod mounting the PVC, and it is easy to fake. Limits: the kubelet rotates container logs at
-``containerLogMaxSize`` (10 MiB by default) and only the current file is served, so the bundle is capped
-(``DEFAULT_MAX_BYTES``); a promoted artifact over the cap is left out and the bundle says where it is on
-the PVC. A sha256 over the decoded bytes detects truncated or interleaved logs.
+Where it travels: the tuner writes it into its run directory on the shared volume
+(``RUNS/<job>/<index>/result.tar.gz``, temp file + rename) and logs one pointer line with its sha256;
+``gpt-triton k8s collect --from RUNS`` reads it there (a mount or copy of the PVC's runs/). Nothing large goes
+through the log pipeline. Only with ``k8s run --log-bundle`` (clusters where nobody can read the volume) is
+it also printed to the log as base64, capped at ``DEFAULT_MAX_BYTES`` (the kubelet rotates container logs at
+``containerLogMaxSize``, 10 MiB by default); ``k8s collect`` without ``--from`` reads that fallback. A sha256
+over the bytes detects a truncated or interleaved copy either way.
 
-Format (one bundle per log; the last one wins)::
+Log format of the fallback (one bundle per log; the last one wins)::
 
     ==> gpt-triton bundle v1 sha256=<hex> bytes=<n>
     <base64, 76 chars a line>
@@ -19,6 +21,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -31,6 +34,8 @@ END = "<== gpt-triton bundle end"
 DEFAULT_MAX_BYTES = 6 * 1024 * 1024  # 8 MiB of base64: under the kubelet's 10 MiB log rotation
 _BEGIN_RE = re.compile(re.escape(BEGIN) + r" sha256=([0-9a-f]{64}) bytes=(\d+)\s*$")
 MANIFEST = "bundle.json"
+RESULT_FILE = "result.tar.gz"  # in the run directory on the shared volume
+POINTER = "==> gpt-triton result"
 
 
 def _skip(name: str) -> bool:
@@ -118,3 +123,38 @@ def extract_bundle(data: bytes, dest: Path) -> dict[str, Any]:
     manifest_path = dest / MANIFEST
     manifest: dict[str, Any] = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     return manifest
+
+
+def write_result(run_dir: Path, data: bytes) -> Path:
+    """Store the bundle as ``run_dir/result.tar.gz`` (temp file + fsync + rename: never half-written)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = run_dir / RESULT_FILE
+    tmp = run_dir / f".{RESULT_FILE}.tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(final)
+    return final
+
+
+def pointer_line(path: Path, data: bytes) -> str:
+    """The one log line that says where the result is and which bytes it holds."""
+    return f"{POINTER} {path} sha256={hashlib.sha256(data).hexdigest()} bytes={len(data)}\n"
+
+
+def read_result(run_dir: Path) -> bytes | None:
+    """The stored bundle of a run directory, or None when the run wrote none (not finished)."""
+    path = run_dir / RESULT_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise GptTritonError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise GptTritonError(f"{path} is not a complete result bundle ({exc}); re-run or copy it again") from exc
+    return data

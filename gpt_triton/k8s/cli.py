@@ -1,7 +1,8 @@
 """``gpt-triton k8s render|submit|watch|collect|run``.
 
 render/submit build the Job (and its spec ConfigMap) from gpt_triton.k8s.render; watch follows it; collect
-reads each pod's result bundle from its log; run is the in-pod entrypoint the Job's tuner container calls.
+reads each index's result bundle from the shared volume (``--from RUNS``), or from the pod logs of runs
+started with ``--log-bundle``; run is the in-pod entrypoint the Job's tuner container calls.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from gpt_triton.k8s import bundle as bundle_mod
 from gpt_triton.k8s.client import INDEX_ANNOTATION, KubeClient, job_failed_reason, job_state, load_api_client
 from gpt_triton.k8s.render import (
     DEFAULT_IMAGE,
+    GPU_RESOURCE,
     TRITON_IMAGE,
+    TUNER_ACCOUNT,
     TUNER_CONTAINER,
     SecretRef,
     TuneJobParams,
     render_run,
     to_yaml,
-    write_examples,
 )
 
 
@@ -59,6 +61,9 @@ def register(subparsers: Any) -> None:
     p = sub.add_parser("collect", help="fetch report.json and the promoted artifact of each index of a Job")
     p.add_argument("name", help="the Job name")
     p.add_argument("--out", type=Path, required=True, help="directory; results land in OUT/<index>/")
+    p.add_argument("--from", dest="runs_dir", type=Path,
+                   help="the PVC's runs/ directory (mounted or copied): read RUNS/<job>/<index>/result.tar.gz there, "
+                        "without the API; default: the pod logs of runs started with --log-bundle")
     _conn_args(p)
     p.set_defaults(func=cmd_collect)
 
@@ -72,8 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--spec", type=Path, help="the tuning spec")
     p.add_argument("--triton-url", default="127.0.0.1:8001", help="the sidecar Triton's gRPC address")
     p.add_argument("--pushgateway", help="HOST:PORT of a Pushgateway")
+    p.add_argument("--log-bundle", action="store_true",
+                   help="also print the result bundle to the log as base64 (when nobody can read the volume)")
     p.add_argument("--bundle-max-bytes", type=int, default=bundle_mod.DEFAULT_MAX_BYTES,
-                   help="leave the artifact out of the log bundle above this size")
+                   help="with --log-bundle: leave the artifact out of the logged bundle above this size")
     p.add_argument("tune_args", nargs="*", help="after --: more `gpt-triton tune` arguments")
     p.set_defaults(func=cmd_run)
 
@@ -89,7 +96,16 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", default=DEFAULT_IMAGE, help=f"tuner image (default {DEFAULT_IMAGE})")
     p.add_argument("--triton-image", default=TRITON_IMAGE)
     p.add_argument("--pvc", default="gpt-triton-data", help="PVC with inputs/, repository/ and runs/")
-    p.add_argument("--service-account", default="gpt-triton")
+    p.add_argument("--service-account", default=TUNER_ACCOUNT,
+                   help=f"the tuner pods' account: no API permissions needed (default {TUNER_ACCOUNT})")
+    p.add_argument("--promotion-lock", choices=["file", "lease"], default="file",
+                   help="file: flock on the PVC; lease: a coordination.k8s.io Lease (mounts the account's token)")
+    p.add_argument("--triton-arg", action="append", default=[], metavar="ARG",
+                   help="extra tritonserver flag, as serving has it (the chart's triton.extraArgs); repeatable")
+    p.add_argument("--log-bundle", action="store_true",
+                   help="the pods also print their result bundle to the log (for `collect` without --from)")
+    p.add_argument("--gpu-resource", default=GPU_RESOURCE,
+                   help=f"GPU extended resource (default {GPU_RESOURCE}; a MIG slice: nvidia.com/mig-1g.10gb)")
     p.add_argument("--signing-secret", default="gpt-triton-signing:signing-key", metavar="NAME:KEY",
                    help="Secret and key holding the signing key")
     p.add_argument("--no-signing", action="store_true", help="do not reference a signing-key Secret")
@@ -135,7 +151,8 @@ def _params(args: argparse.Namespace) -> tuple[list[TuneJobParams], str]:
             triton_image=args.triton_image, service_account=args.service_account, pvc=args.pvc,
             signing_secret=secret, pushgateway=args.pushgateway, parallelism=args.parallelism,
             active_deadline_s=int(parse_duration(args.deadline)), tuner_gpus=args.tuner_gpus,
-            extra_tune_args=tuple(args.tune_arg),
+            extra_tune_args=tuple(args.tune_arg), triton_extra_args=tuple(args.triton_arg),
+            gpu_resource=args.gpu_resource, promotion_lock=args.promotion_lock, log_bundle=args.log_bundle,
         ))
     names = [p.job_name for p in out]
     if len(set(names)) != len(names):
@@ -158,6 +175,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
+    from gpt_triton.k8s.examples import write_examples
+
     for path in write_examples(args.directory):
         print(f"wrote {path}")
     return 0
@@ -245,14 +264,54 @@ def _pick_pods(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(best.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0))
 
 
+def _install(out: Path, index: str, data: bytes) -> tuple[Path, dict[str, Any]]:
+    """Extract beside the destination, then swap it in: a failed extraction leaves the old result intact."""
+    final = out / index
+    tmp = Path(tempfile.mkdtemp(prefix=f".{index}-", dir=out))
+    try:
+        manifest = bundle_mod.extract_bundle(data, tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return final, manifest
+
+
+def _collect_from_volume(args: argparse.Namespace) -> int:
+    job_dir = args.runs_dir / args.name
+    if not job_dir.is_dir():
+        raise GptTritonError(f"{job_dir} does not exist: pass the PVC's runs/ directory as --from (the Job writes "
+                             f"runs/<job>/<index>/) and check the Job name")
+    indexes = sorted((p.name for p in job_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
+    if not indexes:
+        raise GptTritonError(f"{job_dir} has no index directories: the Job has not started tuning yet")
+    args.out.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for index in indexes:
+        data = bundle_mod.read_result(job_dir / index)
+        if data is None:
+            missing.append(index)
+            continue
+        final, manifest = _install(args.out, index, data)
+        print(_summary(index, str(job_dir / index), final, manifest))
+    if missing:
+        raise GptTritonError(f"no {bundle_mod.RESULT_FILE} for index {', '.join(missing)} in {job_dir}: "
+                             "those runs are not finished (gpt-triton k8s watch)")
+    return 0
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
+    if args.runs_dir is not None:
+        return _collect_from_volume(args)
     kube = _kube(args)
     job = kube.get_job(args.name)  # a clear 404 before anything else
     pods = _pick_pods(kube.job_pods(args.name))
     if not pods:
         if job_state(job) != "running":
             raise GptTritonError(f"job {args.namespace}/{args.name} has finished and its pods are gone "
-                                 f"(ttlSecondsAfterFinished): copy runs/{args.name}/ from the PVC")
+                                 f"(ttlSecondsAfterFinished): collect from the volume with --from RUNS")
         raise GptTritonError(f"job {args.namespace}/{args.name} has no pods yet: wait for it (gpt-triton k8s watch)")
     args.out.mkdir(parents=True, exist_ok=True)
     missing = []
@@ -262,21 +321,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
         if data is None:
             missing.append(f"{index} ({pod_name}: {(pod.get('status') or {}).get('phase')})")
             continue
-        final = args.out / index
-        # Extract beside the destination, then swap it in: a failed extraction leaves the old result intact.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{index}-", dir=args.out))
-        try:
-            manifest = bundle_mod.extract_bundle(data, tmp)
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
+        final, manifest = _install(args.out, index, data)
         print(_summary(index, pod_name, final, manifest))
     if missing:
-        raise GptTritonError(f"no result bundle in the log of index {', '.join(missing)}: the run is not finished "
-                             "or its log was lost; copy RUNS/<job>/<index> from the PVC")
+        raise GptTritonError(f"no result bundle in the log of index {', '.join(missing)}: the run is not finished, "
+                             "was started without --log-bundle, or its log was lost; collect from the volume with "
+                             "--from RUNS (RUNS/<job>/<index>/result.tar.gz)")
     return 0
 
 
@@ -334,7 +384,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             promoted = Path(value) if value else None
         except ValueError:
             promoted = None
-    data = bundle_mod.make_bundle(run_dir, promoted, args.bundle_max_bytes)
-    sys.stdout.write(bundle_mod.format_bundle(data))
+    # The whole artifact on the volume; the log gets one pointer line (and the capped copy only if asked).
+    stored = bundle_mod.make_bundle(run_dir, promoted, max_bytes=sys.maxsize)
+    path = bundle_mod.write_result(run_dir, stored)
+    sys.stdout.write(bundle_mod.pointer_line(path, stored))
+    if args.log_bundle:
+        sys.stdout.write(bundle_mod.format_bundle(bundle_mod.make_bundle(run_dir, promoted, args.bundle_max_bytes)))
     sys.stdout.flush()
     return rc

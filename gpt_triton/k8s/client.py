@@ -236,11 +236,16 @@ class KubeClient:
                                not_found_hint="install the chart (helm install) or check the Deployment name"))
 
     def deployment_replicas(self, name: str) -> int:
-        return int((self.deployment(name).get("spec") or {}).get("replicas") or 0)
+        """The desired replicas, read through the scale subresource (what RBAC grants the canary)."""
+        scale = self._call(f"reading the scale of deployment {self.namespace}/{name}",
+                           self.apps.read_namespaced_deployment_scale, name, self.namespace,
+                           not_found_hint="install the chart (helm install) or check the Deployment name")
+        return int((scale.get("spec") or {}).get("replicas") or 0)
 
     def scale_deployment(self, name: str, replicas: int) -> None:
-        self._call(f"scaling deployment {self.namespace}/{name} to {replicas}", self.apps.patch_namespaced_deployment,
-                   name, self.namespace, {"spec": {"replicas": replicas}},
+        """Set the replicas through ``deployments/scale``: the operator may scale, never change the pods."""
+        self._call(f"scaling deployment {self.namespace}/{name} to {replicas}",
+                   self.apps.patch_namespaced_deployment_scale, name, self.namespace, {"spec": {"replicas": replicas}},
                    not_found_hint="install the chart (helm install) or check the Deployment name")
 
 

@@ -11,8 +11,13 @@ Pod layout of a tuning run:
   Always``). Its startupProbe gates the tuner's start, and it is stopped when the tuner exits, so the
   Job completes. Explicit model control; the staging repository is an emptyDir shared with the tuner.
 - ``tuner``: ``gpt-triton k8s run`` which picks the model (by ``JOB_COMPLETION_INDEX`` in a fan-out),
-  runs ``gpt-triton tune --triton-url 127.0.0.1:8001`` and prints a result bundle to its log.
-- The production repository, the input models and the run directories live on one PVC.
+  runs ``gpt-triton tune --triton-url 127.0.0.1:8001`` and writes its result bundle beside the run
+  directory on the PVC (``k8s collect`` reads it there; the pod log carries only a pointer).
+- The production repository, the input models and the run directories live on one PVC. The repository is
+  keyed by namespace and GPU product (``repository/<namespace>/<product|cpu>``): an engine tuned on one GPU
+  product is never served by a release on another.
+- The tuner parses untrusted ONNX: its ServiceAccount has no API permissions and no token is mounted
+  (unless the promotion lock is a Lease). Triton gets the same arguments and resources as in serving.
 
 GPU: the sidecar and the tuner each get one GPU of the selected product. Measuring on a GPU that the
 tuner is not building TensorRT engines on keeps builds from disturbing the timings; both GPUs are the
@@ -24,13 +29,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpt_triton import __version__
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import EXIT_BAD_INPUT, EXIT_NO_WINNER, EXIT_TRANSIENT, GptTritonError
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51
 DEFAULT_IMAGE = f"gpt-triton:{__version__}"
@@ -38,9 +42,20 @@ GPU_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 TUNER_CONTAINER = "tuner"
 SIDECAR_CONTAINER = "triton"
-# Exit code of `gpt-triton` for user errors and failed tuning: retrying cannot help, so fail at once.
-EXIT_USER_ERROR = 2
 PART_OF = "gpt-triton"
+# Triton's flags after the repository and control mode, in serving and in the tuning sidecar alike (the chart's
+# gpt-triton.tritonArgs): latency summaries give the p99 the canary gates and dashboards read.
+TRITON_ARGS = (
+    "--strict-readiness=true",
+    "--http-port=8000",
+    "--grpc-port=8001",
+    "--metrics-port=8002",
+    "--metrics-config=summary_latencies=true",
+)
+# The three ServiceAccounts (the chart names them <release>-gpt-triton-<role>).
+OPERATOR_ACCOUNT = "gpt-triton-operator"
+TUNER_ACCOUNT = "gpt-triton-tuner"
+SERVING_ACCOUNT = "gpt-triton-serving"
 
 # Paths inside the tuner pod.
 SPEC_DIR = "/etc/gpt-triton"
@@ -86,7 +101,7 @@ class TuneJobParams:
     namespace: str = "gpt-triton"
     image: str = DEFAULT_IMAGE
     triton_image: str = TRITON_IMAGE
-    service_account: str = "gpt-triton"
+    service_account: str = TUNER_ACCOUNT
     pvc: str = "gpt-triton-data"
     spec_configmap: str | None = None  # default: <job name>-spec
     signing_secret: SecretRef | None = field(default_factory=SecretRef)
@@ -98,8 +113,13 @@ class TuneJobParams:
     tuner_gpus: int | None = None  # None: 1 with a GPU product, 0 without
     tuner_cpu: str = "2"
     tuner_memory: str = "8Gi"
-    triton_cpu: str = "2"
-    triton_memory: str = "8Gi"
+    # Triton as it serves (the chart's triton block): requests == limits, whole CPUs -> Guaranteed QoS.
+    triton_cpu: str = "4"
+    triton_memory: str = "16Gi"
+    triton_extra_args: tuple[str, ...] = ()
+    gpu_resource: str = GPU_RESOURCE  # or a MIG slice, e.g. nvidia.com/mig-1g.10gb
+    promotion_lock: str = "file"  # file (flock on the PVC) or lease (coordination.k8s.io; mounts a token)
+    log_bundle: bool = False  # also print the result bundle to the log (results always go to the PVC)
     extra_tune_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -109,6 +129,8 @@ class TuneJobParams:
             raise GptTritonError("a model is listed twice: give each --model once")
         if self.parallelism < 1:
             raise GptTritonError("--parallelism must be at least 1")
+        if self.promotion_lock not in ("file", "lease"):
+            raise GptTritonError(f"promotion lock {self.promotion_lock!r}: use file or lease")
 
     @property
     def indexed(self) -> bool:
@@ -124,6 +146,16 @@ class TuneJobParams:
     @property
     def configmap_name(self) -> str:
         return self.spec_configmap or dns_name(self.job_name, "spec", limit=253)
+
+    @property
+    def repository(self) -> str:
+        return repository_path(self.namespace, self.gpu_product)
+
+
+def repository_path(namespace: str, gpu_product: str | None, data_dir: str = DATA_DIR) -> str:
+    """The production repository of one namespace and GPU product on the PVC (the chart's
+    gpt-triton.repositoryPath): ``<data>/repository/<namespace>/<product or cpu>``."""
+    return f"{data_dir}/repository/{namespace}/{gpu_product or 'cpu'}"
 
 
 def _labels(params: TuneJobParams) -> dict[str, str]:
@@ -148,11 +180,11 @@ def _security(read_only_root: bool) -> dict[str, Any]:
     }
 
 
-def _resources(cpu: str, memory: str, gpus: int) -> dict[str, Any]:
+def _resources(cpu: str, memory: str, gpus: int, gpu_resource: str = GPU_RESOURCE) -> dict[str, Any]:
     limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
     if gpus:
         # Extended resources are limits-only; the request defaults to the limit.
-        limits[GPU_RESOURCE] = str(gpus)
+        limits[gpu_resource] = str(gpus)
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
 
 
@@ -167,11 +199,9 @@ def triton_sidecar(params: TuneJobParams) -> dict[str, Any]:
         "args": [
             f"--model-repository={STAGING_DIR}",
             "--model-control-mode=explicit",
-            "--strict-readiness=true",
-            "--http-port=8000",
-            "--grpc-port=8001",
-            "--metrics-port=8002",
             "--exit-on-error=false",
+            *TRITON_ARGS,
+            *params.triton_extra_args,
         ],
         "ports": [
             {"name": "http", "containerPort": 8000},
@@ -182,7 +212,8 @@ def triton_sidecar(params: TuneJobParams) -> dict[str, Any]:
         "startupProbe": {**probe, "failureThreshold": 120},
         "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": 8000}, "periodSeconds": 10,
                           "failureThreshold": 6},
-        "resources": _resources(params.triton_cpu, params.triton_memory, 1 if params.gpu_product else 0),
+        "resources": _resources(params.triton_cpu, params.triton_memory, 1 if params.gpu_product else 0,
+                                params.gpu_resource),
         "securityContext": _security(read_only_root=True),
         "volumeMounts": [
             {"name": "staging", "mountPath": STAGING_DIR},
@@ -202,11 +233,13 @@ def tuner_args(params: TuneJobParams) -> list[str]:
         "--spec", f"{SPEC_DIR}/spec.yaml",
         "--inputs", f"{DATA_DIR}/inputs",
         "--runs", f"{DATA_DIR}/runs",
-        "--repository", f"{DATA_DIR}/repository",
+        "--repository", params.repository,
         "--triton-url", "127.0.0.1:8001",
     ]
     if params.pushgateway:
         args += ["--pushgateway", params.pushgateway]
+    if params.log_bundle:
+        args.append("--log-bundle")
     if params.extra_tune_args:
         args += ["--", *params.extra_tune_args]
     return args
@@ -219,7 +252,12 @@ def tuner_container(params: TuneJobParams) -> dict[str, Any]:
         # The label the Job controller puts on its pods; names the run directory.
         {"name": "JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        # Pushgateway grouping: one group per namespace and GPU product.
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "GPT_TRITON_GPU_PRODUCT", "value": params.gpu_product or "cpu"},
     ]
+    if params.promotion_lock == "lease":
+        env.append({"name": "GPT_TRITON_PROMOTION_LOCK", "value": "lease"})
     if params.signing_secret:
         env.append({
             "name": "GPT_TRITON_SIGNING_KEY",
@@ -231,7 +269,7 @@ def tuner_container(params: TuneJobParams) -> dict[str, Any]:
         "command": ["gpt-triton"],
         "args": tuner_args(params),
         "env": env,
-        "resources": _resources(params.tuner_cpu, params.tuner_memory, gpus),
+        "resources": _resources(params.tuner_cpu, params.tuner_memory, gpus, params.gpu_resource),
         "securityContext": _security(read_only_root=True),
         "volumeMounts": [
             {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
@@ -243,12 +281,19 @@ def tuner_container(params: TuneJobParams) -> dict[str, Any]:
 
 
 def pod_failure_policy(indexed: bool) -> dict[str, Any]:
-    """Exit 2 (bad input, failed tuning) fails at once; a node disruption is retried without counting."""
+    """The exit codes of gpt_triton.core.errors: no winner (1) and bad input (2) cannot pass on a retry, so
+    the Job (or, in a fan-out, the index) fails at once; a transient failure (3: Triton unreachable, lock
+    held) is retried and counts against the backoff limit; a node disruption is retried without counting."""
     fail = "FailIndex" if indexed else "FailJob"
+
+    def on_exit(action: str, codes: list[int]) -> dict[str, Any]:
+        return {"action": action, "onExitCodes": {"containerName": TUNER_CONTAINER, "operator": "In",
+                                                  "values": codes}}
+
     return {
         "rules": [
-            {"action": fail, "onExitCodes": {"containerName": TUNER_CONTAINER, "operator": "In",
-                                             "values": [EXIT_USER_ERROR]}},
+            on_exit(fail, [EXIT_NO_WINNER, EXIT_BAD_INPUT]),
+            on_exit("Count", [EXIT_TRANSIENT]),
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         ]
     }
@@ -258,6 +303,8 @@ def render_job(params: TuneJobParams) -> dict[str, Any]:
     labels = _labels(params)
     pod_spec: dict[str, Any] = {
         "serviceAccountName": params.service_account,
+        # No API token for a pod that parses untrusted ONNX, unless it must take the promotion Lease.
+        "automountServiceAccountToken": params.promotion_lock == "lease",
         "restartPolicy": "Never",  # required by podFailurePolicy; retries are new pods
         "securityContext": {
             "runAsNonRoot": True,
@@ -279,7 +326,7 @@ def render_job(params: TuneJobParams) -> dict[str, Any]:
     }
     if params.gpu_product:
         pod_spec["nodeSelector"] = {GPU_LABEL: params.gpu_product}
-        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        pod_spec["tolerations"] = [{"effect": "NoSchedule", "key": GPU_RESOURCE, "operator": "Exists"}]
     spec: dict[str, Any] = {
         "activeDeadlineSeconds": params.active_deadline_s,
         "ttlSecondsAfterFinished": params.ttl_after_finished_s,
@@ -315,26 +362,53 @@ def render_configmap(params: TuneJobParams, spec_text: str) -> dict[str, Any]:
     }
 
 
-def render_rbac(namespace: str, service_account: str = "gpt-triton") -> list[dict[str, Any]]:
-    """Least privilege, namespaced: the tuner and canary patch Deployments, the CLI runs and watches Jobs."""
-    meta = {"name": service_account, "namespace": namespace, "labels": {"app.kubernetes.io/name": "gpt-triton"}}
-    rules = [
-        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"]},
+def render_rbac(namespace: str, deployments: tuple[str, ...] = ("gpt-triton-stable", "gpt-triton-canary"),
+                lease_for_tuner: bool = False, canary_promotes: bool = True) -> list[dict[str, Any]]:
+    """Three accounts, least privilege, namespaced. The operator (``gpt-triton k8s``, the canary) submits and
+    follows Jobs and scales ``deployments`` through the scale subresource; its one pod-template write is a
+    promoted canary's re-pin of the first (stable) Deployment, unless ``canary_promotes`` is off (GitOps). The
+    tuner (untrusted ONNX) and serving accounts get no permissions and no token (the tuner: Leases only with
+    ``lease_for_tuner``). Mirrors the chart's templates/rbac.yaml."""
+    labels = {"app.kubernetes.io/name": "gpt-triton"}
+
+    def meta(name: str) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+    def account(name: str, token: bool) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name),
+                "automountServiceAccountToken": token}
+
+    def role(name: str, rules: list[dict[str, Any]], subject: str) -> list[dict[str, Any]]:
+        return [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(name), "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(name),
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": namespace}]},
+        ]
+
+    leases = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}
+    operator_rules = [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": list(deployments),
+         "verbs": ["get", "patch", "update"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get"]},
+        leases,
     ]
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta), "automountServiceAccountToken": True},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta), "rules": rules},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": dict(meta),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": service_account},
-            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-        },
+    if canary_promotes:
+        operator_rules.insert(2, {"apiGroups": ["apps"], "resources": ["deployments"],
+                                  "resourceNames": [deployments[0]], "verbs": ["patch"]})
+    objects = [
+        account(OPERATOR_ACCOUNT, True),
+        account(TUNER_ACCOUNT, lease_for_tuner),
+        account(SERVING_ACCOUNT, False),
+        *role(OPERATOR_ACCOUNT, operator_rules, OPERATOR_ACCOUNT),
     ]
+    if lease_for_tuner:
+        objects += role(f"{TUNER_ACCOUNT}-lease", [leases], TUNER_ACCOUNT)
+    return objects
 
 
 def render_pvc(namespace: str, name: str = "gpt-triton-data", size: str = "100Gi") -> dict[str, Any]:
@@ -362,49 +436,3 @@ class _NoAliasDumper(yaml.SafeDumper):
 def to_yaml(objects: list[dict[str, Any]], header: str = "") -> str:
     body = yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False, width=120)
     return header + body
-
-
-# Example parameters for the checked-in manifests in k8s/.
-EXAMPLE_SPEC = """\
-# The tuning spec (gpt_triton/core/spec.py). Every field has a default; this narrows the search.
-search:
-  mode: mixed
-  max_builds: 32
-measure:
-  loads:
-    - {kind: concurrency, concurrency: 4}
-objective:
-  metric: p99
-time_budget_s: 2h
-"""
-_HEADER = "# Generated by `gpt-triton k8s examples k8s/` from gpt_triton/k8s/render.py; edit that, not this.\n"
-
-
-def example_files() -> dict[str, str]:
-    ns = "gpt-triton"
-    single = TuneJobParams(models=("resnet50",), gpu_product="NVIDIA-A100-SXM4-80GB", name="tune-resnet50",
-                           spec_configmap="gpt-triton-spec", namespace=ns,
-                           pushgateway="prometheus-pushgateway.monitoring:9091")
-    fanout = TuneJobParams(models=("resnet50", "bert-base", "yolov8s"), gpu_product="NVIDIA-L4",
-                           name="tune-fanout", spec_configmap="gpt-triton-fanout-spec", namespace=ns,
-                           parallelism=2, pushgateway="prometheus-pushgateway.monitoring:9091")
-    return {
-        "rbac.yaml": to_yaml(render_rbac(ns), _HEADER),
-        "pvc.yaml": to_yaml([render_pvc(ns)], _HEADER),
-        "configmap.yaml": to_yaml([render_configmap(single, EXAMPLE_SPEC), render_configmap(fanout, EXAMPLE_SPEC)],
-                                  _HEADER),
-        "tuner-job.yaml": to_yaml([render_job(single)], _HEADER),
-        "fanout-job.yaml": to_yaml([render_job(fanout)], _HEADER),
-    }
-
-
-def write_examples(directory: Path) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in example_files().items():
-        path = directory / name
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        written.append(path)
-    return written

@@ -5,6 +5,12 @@ its share of ready replicas. That is coarse (steps of 1/total) and per connectio
 clients that hold one long-lived connection stay on one pod, so use HTTP clients or a mesh/gateway with
 weighted routing when exact weights matter. The base comes from core, not from ``gpt_triton.canary``:
 the canary imports this package, never the other way round.
+
+Replicas change only through the ``deployments/scale`` subresource (``KubeClient.scale_deployment``:
+``patch_namespaced_deployment_scale``), so the operator's Role needs ``deployments/scale`` and never
+write access to the pod template. A GitOps controller (Argo CD, Flux) that owns ``spec.replicas`` will
+still undo a scale on its next sync: such teams run the same gates through Argo Rollouts or Flagger
+(``gpt-triton canary --emit argo|flagger``, docs/canary.md) instead of this shifter.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ def split_replicas(weight: float, total: int) -> tuple[int, int]:
 
 @dataclass
 class DeploymentReplicaShifter(TrafficShifter):
-    """``set_weight(w)`` patches ``spec.replicas`` of the stable and canary Deployments.
+    """``set_weight(w)`` sets the replicas of the stable and canary Deployments through their scale subresource.
 
     ``total_replicas`` defaults to the Deployments' current sum, read on the first call. Scaling up
     happens before scaling down, so serving capacity never dips below the total during a step.

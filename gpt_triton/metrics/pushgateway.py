@@ -5,10 +5,17 @@ A tuning run is a service-level batch job: its results are pushed once, grouped 
 series). We use *pushadd* (HTTP POST): only the metric families pushed now are replaced, so a failed
 run records ``gpt_triton_last_failure_timestamp_seconds`` while the last success timestamp and the
 results of the last good run stay visible.
+
+In a cluster the group also carries ``namespace`` and ``gpu_product`` (from the pod's ``POD_NAMESPACE`` and
+``GPT_TRITON_GPU_PRODUCT``): the same model tuned for an A100 and an L4, or in two namespaces, keeps two
+groups instead of overwriting one. After a promotion the push is best effort (:func:`push_best_effort`):
+an unreachable Pushgateway is a warning, never a failed run.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 import urllib.error
 from collections import Counter
@@ -21,6 +28,9 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.records import CandidateStatus, RunReport
 
 PREFIX = "gpt_triton"
+# Grouping labels from the pod's environment (the chart and gpt_triton.k8s.render set them).
+GROUPING_ENV = {"namespace": "POD_NAMESPACE", "gpu_product": "GPT_TRITON_GPU_PRODUCT"}
+_log = logging.getLogger(__name__)
 STATUSES: tuple[str, ...] = get_args(CandidateStatus)  # every status, so a gauge of 0 is pushed too
 
 
@@ -98,7 +108,19 @@ def push_run_metrics(
     """
     registry = run_registry(report, failed=failed)
     grouping = {"model": model or report.model.name}
+    grouping.update({label: os.environ[env] for label, env in GROUPING_ENV.items() if os.environ.get(env)})
     try:
         pushadd_to_gateway(gateway, job=job, registry=registry, grouping_key=grouping, timeout=timeout_s)
     except (urllib.error.URLError, OSError) as exc:
         raise GptTritonError(f"cannot push metrics to Pushgateway {gateway}: {exc}; check the --pushgateway address") from exc
+
+
+def push_best_effort(gateway: str, report: RunReport, *, failed: bool = False) -> bool:
+    """Push, and on failure log a warning instead of raising: the run's outcome (a promoted version) stands
+    whatever the Pushgateway says. True when pushed."""
+    try:
+        push_run_metrics(gateway, report, failed=failed)
+    except GptTritonError as exc:
+        _log.warning("metrics not pushed (the run's result stands): %s", exc)
+        return False
+    return True

@@ -39,6 +39,10 @@ PORT_ATTEMPTS = 3
 # default makes the first batched request of a 160x160 CNN grow the region in steps (visible as latency
 # spikes); /dev/shm pages are only committed when touched, so a larger reservation is free.
 _PYTHON_BACKEND_CONFIG = ("python,shm-default-byte-size=16777216", "python,shm-growth-byte-size=16777216")
+# p99 for the canary's gates and the dashboards: Triton 2.51 exports latency summaries
+# (nv_inference_request_summary_us{quantile=...}) only when asked. Its default quantiles (0.5, 0.9, 0.95,
+# 0.99, 0.999, seen on this binary) include p99; the chart passes the same flag, so tuning and serving match.
+SUMMARY_METRICS_ARGS = ("--metrics-config=summary_latencies=true",)
 _PR_SET_PDEATHSIG = 1
 # Triton log lines look like "E1202 18:20:00.123456 123 file.cc:42] message".
 _LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [^\]]+\] ?(.*)$")
@@ -235,6 +239,7 @@ class EmbeddedTriton(TritonServer):
             # strict readiness would), or every later health check of the run would fail.
             "--strict-readiness=false",
             "--log-verbose=0",
+            *SUMMARY_METRICS_ARGS,
             *(f"--backend-config={c}" for c in _PYTHON_BACKEND_CONFIG),
             *self.extra_args,
         ]

@@ -35,7 +35,7 @@ def test_unreachable_triton(tmp_path: Path, prometheus_factory, capsys: pytest.C
     prom = prometheus_factory(triton_targets=[])
     code = main(canary(tmp_path, "--candidate-version", "2", "--prometheus", prom.url))
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "Triton at" in err and "--triton-url" in err, err
+    assert code == 3 and "Triton at" in err and "--triton-url" in err, err  # transient: worth a retry
 
 
 def test_bad_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,7 +42,8 @@ def run_canary(server, prom, tmp_path: Path, candidate: int, *extra: str) -> tup
     code = main([
         "canary", "--repository", str(server.repository), "--model", "sleepy", "--candidate-version", str(candidate),
         "--stable-version", "1", "--prometheus", prom.url, "--triton-url", server.grpc_url,
-        "--steps", "25,50,100", "--interval", "2.5s", "--rate", "40", "--seed", "0", "--log", str(log), *extra,
+        "--steps", "25,50,100", "--interval", "2.5s", "--scrape-interval", "1s", "--rate", "40", "--seed", "0",
+        "--log", str(log), *extra,
     ])
     return code, read_log(log)
 
@@ -65,7 +66,8 @@ def test_faster_candidate_is_promoted_without_losing_requests(sleepy_triton, pro
     passes = [e for e in checks if e["event"] == "check_pass"]
     assert passes, checks
     ratio = [g for g in passes[0]["gates"] if g["gate"] == "latency_ratio"][0]
-    assert ratio["value"] < 1.0 and "nv_inference_request_duration_us" in ratio["query"]
+    # The default latency gate is p99 from Triton's summaries (the embedded server exports them).
+    assert ratio["value"] < 1.0 and 'nv_inference_request_summary_us{namespace=""' in ratio["query"]
     traffic = log[-1]
     assert traffic["event"] == "traffic" and sum(traffic["failed"].values()) == 0, traffic["errors"]
     assert traffic["ok"]["1"] > 0 and traffic["ok"]["2"] > 0
@@ -75,15 +77,17 @@ def test_faster_candidate_is_promoted_without_losing_requests(sleepy_triton, pro
 def test_slower_candidate_is_rolled_back_without_losing_requests(
     sleepy_triton, prometheus_factory, pushgateway, tmp_path: Path
 ) -> None:
-    assert SLEEP_MS[3] > 1.05 * SLEEP_MS[1]
+    assert SLEEP_MS[3] > 1.1 * SLEEP_MS[1]
     prom = prometheus_factory(triton_targets=[metrics_address(sleepy_triton)])
     code, log = run_canary(sleepy_triton, prom, tmp_path, 3, "--pushgateway", pushgateway.address)
     assert code == 1, log[-3:]
     failed = [e for e in log if e["event"] == "check_fail"]
     assert len(failed) == 1 and log[-2]["event"] == "rolled_back"
     verdicts = {g["gate"]: g for g in failed[0]["gates"]}
-    assert verdicts["latency_ratio"]["verdict"] == "fail" and verdicts["latency_ratio"]["value"] > 1.05
-    assert verdicts["failure_rate"]["verdict"] == "pass"
+    assert verdicts["latency_ratio"]["verdict"] == "fail" and verdicts["latency_ratio"]["value"] > 1.1
+    # p99 comes from a summary (data at the first scrape); the failure rate needs two scrapes of the new
+    # version inside its window, so it may still be without data: never a pass, and not the failure here.
+    assert verdicts["failure_rate"]["verdict"] in ("pass", "inconclusive")
     traffic = log[-1]
     assert sum(traffic["failed"].values()) == 0, traffic["errors"]
     assert traffic["ok"].get("3", 0) > 0

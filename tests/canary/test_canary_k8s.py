@@ -98,7 +98,9 @@ def canary_args(fake: FakeKubernetesApiServer, prometheus: str, candidate: int, 
 def run_with_service_traffic(triton: EmbeddedTriton, prometheus_factory: Any, fake: FakeKubernetesApiServer,
                              tmp_path: Path, candidate: int, *extra: str) -> tuple[int, list[dict[str, Any]], TrafficLoop]:
     assert triton.metrics_url is not None and triton.repository is not None
-    prom = prometheus_factory(triton_targets=[triton.metrics_url.removeprefix("http://").removesuffix("/metrics")])
+    # The namespace label a ServiceMonitor's targets carry: the gates select by it.
+    prom = prometheus_factory(triton_targets=[triton.metrics_url.removeprefix("http://").removesuffix("/metrics")],
+                              labels={"namespace": NS})
     config = TritonVersions.from_repository(triton.client(), triton.repository, "sleepy").config
     log = tmp_path / "canary.jsonl"
     with TrafficLoop(triton.grpc_url, "sleepy", ChartService(fake), synthetic_requests(config), rate=40) as traffic:
@@ -106,34 +108,39 @@ def run_with_service_traffic(triton: EmbeddedTriton, prometheus_factory: Any, fa
         # the first check judges the canary rather than an empty TSDB.
         stable_rate = 'sum(rate(nv_inference_request_success{model="sleepy",version="1"}[2500ms])) > 0'
         poll(lambda: prom.client.query_value(stable_rate), 30.0, "Prometheus to see the stable version's traffic")
-        code = main(canary_args(fake, prom.url, candidate, log, "--steps", "25,50,100", "--interval", "2.5s", *extra))
+        code = main(canary_args(fake, prom.url, candidate, log, "--steps", "25,50,100", "--interval", "2.5s",
+                                "--scrape-interval", "1s", *extra))
     return code, [json.loads(line) for line in log.read_text().splitlines()], traffic
 
 
 @pytest.mark.slow
-def test_slower_canary_is_rolled_back_and_stable_untouched(triton, prometheus_factory, fake_api, helm, tmp_path: Path) -> None:
-    assert SLEEP_MS[3] > 1.05 * SLEEP_MS[1]
+def test_slower_canary_is_rolled_back_and_stable_untouched(triton, labelled_prometheus, fake_api, helm, tmp_path: Path) -> None:
+    assert SLEEP_MS[3] > 1.1 * SLEEP_MS[1]
     install_chart(fake_api, helm, stable_version=1, candidate=3, stable_replicas=2)
-    code, log, traffic = run_with_service_traffic(triton, prometheus_factory, fake_api, tmp_path, 3,
+    code, log, traffic = run_with_service_traffic(triton, labelled_prometheus, fake_api, tmp_path, 3,
                                                   "--total-replicas", "4")
     assert code == 1, log[-3:]
     failed = [e for e in log if e["event"] == "check_fail"]
     assert failed and log[-1]["event"] == "rolled_back"
     ratio = {g["gate"]: g for g in failed[0]["gates"]}["latency_ratio"]
-    assert ratio["verdict"] == "fail" and ratio["value"] > 1.05
+    assert ratio["verdict"] == "fail" and ratio["value"] > 1.1
     # 25 % of 4 pods is one canary pod; the rollback brings stable back to its own 2 replicas, pin unchanged.
     assert [(n, b["spec"]["replicas"]) for n, b, _ in fake_api.patches if n == CANARY] == [(CANARY, 1), (CANARY, 0)]
     assert not [b for _, b, _ in fake_api.patches if "template" in b.get("spec", {})]
+    # Every replica change went through the deployments/scale subresource, never a PATCH of the Deployment.
+    assert [r for r in fake_api.scale_requests if r[1] == CANARY] == [("PATCH", CANARY)] * 2
+    assert not [path for method, path in fake_api.requests
+                if method == "PATCH" and not path.split("?")[0].endswith("/scale")]
     assert pinned(fake_api, STABLE) == (2, "1") and pinned(fake_api, CANARY) == (0, "3")
     assert traffic.total_failed == 0, traffic.errors
     assert traffic.ok.get("3", 0) > 0 and traffic.ok["1"] > 0
 
 
 @pytest.mark.slow
-def test_faster_canary_is_promoted_by_repinning_stable(triton, prometheus_factory, fake_api, helm, tmp_path: Path) -> None:
+def test_faster_canary_is_promoted_by_repinning_stable(triton, labelled_prometheus, fake_api, helm, tmp_path: Path) -> None:
     assert SLEEP_MS[2] < SLEEP_MS[1]
     install_chart(fake_api, helm, stable_version=1, candidate=2, stable_replicas=4)
-    code, log, traffic = run_with_service_traffic(triton, prometheus_factory, fake_api, tmp_path, 2)
+    code, log, traffic = run_with_service_traffic(triton, labelled_prometheus, fake_api, tmp_path, 2)
     assert code == 0, log[-3:]
     checks = [e for e in log if e["event"].startswith("check_")]
     assert checks and all(e["event"] == "check_pass" for e in checks) and log[-1]["event"] == "promoted"

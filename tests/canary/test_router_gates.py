@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from gpt_triton.canary import (
     combine,
 )
 from gpt_triton.canary.cli import npz_requests, parse_steps, synthetic_requests
+from gpt_triton.canary.gates import check_window, default_window, promql_duration
 from gpt_triton.canary.router import TrafficShifter
+from gpt_triton.cli import main
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.shifting import TrafficShifter as CoreTrafficShifter
 from gpt_triton.k8s.shifter import DeploymentReplicaShifter
@@ -174,3 +177,36 @@ def test_both_shifters_share_the_declared_base() -> None:
     # local one are both declared subclasses, not structural look-alikes.
     assert TrafficShifter is CoreTrafficShifter
     assert issubclass(DeploymentReplicaShifter, TrafficShifter) and issubclass(LocalRouterShifter, TrafficShifter)
+
+
+def test_every_gate_query_selects_namespace_and_model() -> None:
+    gates = PromQLGates(PrometheusClient("http://127.0.0.1:1"), model="m", stable="1", candidate="2", window_s=60.0,
+                        config=GateConfig(max_latency_ms=100.0, max_queue_ratio=0.5), namespace="team-a")
+    queries = [gates.latency_ms_query("2"), gates.mean_latency_ms_query("2"), gates.failure_rate_query("2"),
+               gates.queue_ratio_query("2")]
+    for query in queries:
+        selectors = re.findall(r"\{([^}]*)\}", query)
+        assert selectors and all(s.startswith('namespace="team-a", model="m", version="2"') for s in selectors), query
+    assert gates.latency_ms_query("2") == \
+        'max(nv_inference_request_summary_us{namespace="team-a", model="m", version="2", quantile="0.99"}) / 1000'
+    assert "[1m]" in gates.failure_rate_query("2")
+    # Locally (no namespace label on the series) the default selects the label's absence.
+    local = PromQLGates(PrometheusClient("http://127.0.0.1:1"), model="m", stable="1", candidate="2", window_s=4.0,
+                        config=GateConfig())
+    assert 'namespace="", model="m"' in local.failure_rate_query("2") and "[4s]" in local.failure_rate_query("2")
+
+
+def test_window_defaults_to_four_scrapes_and_refuses_less() -> None:
+    assert default_window(15.0) == 60.0 and promql_duration(60.0) == "1m"
+    assert default_window(15.0, analysis_interval_s=120.0) == 120.0
+    assert promql_duration(2.5) == "2500ms" and promql_duration(15.0) == "15s"
+    check_window(60.0, 15.0)
+    with pytest.raises(GptTritonError, match="fewer than 4 scrape intervals.*at least 1m"):
+        check_window(10.0, 15.0)
+
+
+def test_short_window_is_bad_input_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["canary", "--repository", "/nonexistent", "--model", "m", "--candidate-version", "2",
+                 "--prometheus", "http://127.0.0.1:1", "--window", "10s"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--window 10s" in err and "--scrape-interval 15s" in err and err.count("\n") == 1

@@ -5,7 +5,12 @@ records a watch event log, and can inject what real clusters do to clients: 403,
 mid-stream (cleanly or abruptly), a 410 Gone watch, and Jobs that complete or fail as a watch follows them.
 
 Paths: jobs (POST, GET, list with fieldSelector/labelSelector, ?watch=true JSON lines), configmaps (POST,
-GET), pods (list with labelSelector), pods/{name}/log, deployments (GET, PATCH).
+GET), pods (list with labelSelector), pods/{name}/log, deployments (GET, PATCH), deployments/{name}/scale
+(GET, PATCH, PUT), coordination.k8s.io leases (POST, GET, PUT).
+
+Faithful where clients depend on it: a create of an existing name is 409 AlreadyExists; an update (PUT)
+whose metadata.resourceVersion is not the stored one is 409 Conflict, as the API server's optimistic
+concurrency answers; an update of a missing object is 404.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ _ROUTES = [
     ("configmaps", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps(?:/(?P<name>[^/]+))?$")),
     ("podlog", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")),
     ("pods", re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")),
+    ("scale", re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments/(?P<name>[^/]+)/scale$")),
     ("deployments", re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments(?:/(?P<name>[^/]+))?$")),
+    ("leases", re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?$")),
 ]
 _KINDS = {"jobs": ("batch/v1", "Job"), "configmaps": ("v1", "ConfigMap"), "pods": ("v1", "Pod"),
-          "deployments": ("apps/v1", "Deployment")}
+          "deployments": ("apps/v1", "Deployment"), "leases": ("coordination.k8s.io/v1", "Lease")}
 
 
 @dataclass
@@ -41,10 +48,10 @@ class _Failure:
     message: str
 
 
-def _status(code: int, message: str) -> dict[str, Any]:
+def _status(code: int, message: str, reason: str | None = None) -> dict[str, Any]:
     reasons = {403: "Forbidden", 404: "NotFound", 409: "AlreadyExists", 410: "Expired", 422: "Invalid"}
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reasons.get(code, "InternalError"), "code": code}
+            "reason": reason or reasons.get(code, "InternalError"), "code": code}
 
 
 def _matches(obj: dict[str, Any], field_selector: str | None, label_selector: str | None) -> bool:
@@ -72,6 +79,7 @@ class FakeKubernetesApiServer:
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, resource, type, object)
         self.requests: list[tuple[str, str]] = []  # (method, path?query)
         self.patches: list[tuple[str, dict[str, Any], str]] = []  # (deployment, body, content type)
+        self.scale_requests: list[tuple[str, str]] = []  # (method, deployment) on deployments/{name}/scale
         self.watch_connections = 0
         # Deployments converge at once on PATCH (status.replicas/readyReplicas); False: they never do.
         self.deployments_converge = True
@@ -202,6 +210,9 @@ class FakeKubernetesApiServer:
             def do_PATCH(self) -> None:
                 fake._dispatch(self, "PATCH")
 
+            def do_PUT(self) -> None:
+                fake._dispatch(self, "PUT")
+
         return Handler
 
     def _send(self, h: BaseHTTPRequestHandler, code: int, body: Any, content_type: str = "application/json") -> None:
@@ -246,8 +257,39 @@ class FakeKubernetesApiServer:
         else:
             self._send(h, code, out)
 
+    def _scale(self, deployment: dict[str, Any]) -> dict[str, Any]:
+        meta = deployment["metadata"]
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                             "resourceVersion": meta["resourceVersion"]},
+                "spec": {"replicas": (deployment.get("spec") or {}).get("replicas", 0)},
+                "status": {"replicas": (deployment.get("status") or {}).get("replicas", 0)}}
+
+    def _patch_replicas(self, name: str, obj: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        updated = json.loads(json.dumps(obj))
+        updated.setdefault("spec", {}).update(spec)
+        if self.deployments_converge:
+            replicas = updated["spec"].get("replicas", 0)
+            updated["status"] = {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}
+        return self._store("deployments", updated, "MODIFIED")
+
     def _handle(self, method: str, resource: str, ns: str, name: str | None, query: dict[str, str],
                 body: dict[str, Any], content_type: str) -> tuple[int, Any]:
+        if resource == "scale":
+            deployment = self.objects.get(("deployments", ns, name or ""))
+            if deployment is None:
+                return 404, _status(404, f'deployments.apps "{name}" not found')
+            if method == "GET":
+                return 200, self._scale(deployment)
+            if method in ("PATCH", "PUT"):
+                sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+                if method == "PUT" and sent_rv and sent_rv != deployment["metadata"]["resourceVersion"]:
+                    return 409, _status(409, "the object has been modified; please apply your changes to the "
+                                        "latest version and try again", "Conflict")
+                self.patches.append((name or "", body, content_type))
+                self.scale_requests.append((method, name or ""))
+                return 200, self._scale(self._patch_replicas(name or "", deployment, body.get("spec") or {}))
+            return 405, _status(405, f"{method} not supported on deployments/scale by the fake")
         if resource == "podlog":
             container = query.get("container", "")
             if ("pods", ns, name or "") not in self.objects:
@@ -272,12 +314,17 @@ class FakeKubernetesApiServer:
             return 200, obj
         if method == "PATCH" and resource == "deployments":
             self.patches.append((name or "", body, content_type))
-            updated = json.loads(json.dumps(obj))
-            updated.setdefault("spec", {}).update(body.get("spec") or {})
-            if self.deployments_converge:
-                replicas = updated["spec"].get("replicas", 0)
-                updated["status"] = {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}
-            return 200, self._store(resource, updated, "MODIFIED")
+            return 200, self._patch_replicas(name or "", obj, body.get("spec") or {})
+        if method == "PUT" and resource == "leases":
+            # Optimistic concurrency: an update names the version it read; a stale one is refused.
+            sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if sent_rv != obj["metadata"]["resourceVersion"]:
+                return 409, _status(409, f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": the '
+                                    "object has been modified; please apply your changes to the latest version and "
+                                    "try again", "Conflict")
+            body.setdefault("metadata", {}).update(namespace=ns, name=name, uid=obj["metadata"]["uid"],
+                                                   creationTimestamp=obj["metadata"]["creationTimestamp"])
+            return 200, self._store(resource, body, "MODIFIED")
         return 405, _status(405, f"{method} not supported on {resource} by the fake")
 
     def _current_rv(self) -> int:

@@ -234,7 +234,43 @@ def test_collect_after_pods_were_cleaned_up(fake_api: FakeKubernetesApiServer, t
                                             capsys: pytest.CaptureFixture[str]) -> None:
     _job(fake_api, "tune-x", COMPLETE)
     assert _k8s(fake_api, "collect", "tune-x", "--out", str(tmp_path / "o")) == 2
-    assert "copy runs/tune-x/ from the PVC" in capsys.readouterr().err
+    assert "collect from the volume with --from RUNS" in capsys.readouterr().err
+
+
+def _volume_run(runs: Path, job: str, index: int, name: str, version: int, size: int = 3 << 20) -> Path:
+    """What `k8s run` leaves on the PVC: RUNS/<job>/<index>/report.json and result.tar.gz."""
+    version_dir = runs.parent / "repository" / name / str(version)
+    version_dir.mkdir(parents=True)
+    (version_dir / "model.onnx").write_bytes(bytes(range(256)) * (size // 256))
+    run = runs / job / str(index)
+    run.mkdir(parents=True)
+    (run / "report.json").write_text(json.dumps({
+        "status": "done", "model": {"name": name}, "promoted_version": version, "promoted_path": str(version_dir)}))
+    bundle.write_result(run, bundle.make_bundle(run, version_dir, max_bytes=1 << 40))
+    return version_dir
+
+
+def test_collect_from_the_volume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Results come from the shared volume (no API call, no log pipeline), artifacts whole at any size."""
+    runs = tmp_path / "pvc" / "runs"
+    big = _volume_run(runs, "tune-fan", 0, "resnet", 3, size=12 << 20)  # over the old 6 MiB log cap
+    _volume_run(runs, "tune-fan", 1, "bert", 1)
+    out = tmp_path / "collected"
+    assert main(["k8s", "collect", "tune-fan", "--from", str(runs), "--out", str(out),
+                 "--server", "http://127.0.0.1:9"]) == 0  # never contacted
+    assert (out / "0" / "artifact" / "model.onnx").read_bytes() == (big / "model.onnx").read_bytes()
+    assert json.loads((out / "1" / "report.json").read_text())["model"]["name"] == "bert"
+    assert "artifact included" in capsys.readouterr().out
+    # An index still running (no result yet) is named; a corrupt result is one line, nothing installed.
+    (runs / "tune-fan" / "2").mkdir()
+    assert main(["k8s", "collect", "tune-fan", "--from", str(runs), "--out", str(out)]) == 2
+    assert "no result.tar.gz for index 2" in capsys.readouterr().err
+    (runs / "tune-fan" / "2" / "result.tar.gz").write_bytes(b"\x1f\x8b truncated")
+    assert main(["k8s", "collect", "tune-fan", "--from", str(runs), "--out", str(tmp_path / "o2")]) == 2
+    assert "is not a complete result bundle" in capsys.readouterr().err
+    assert not (tmp_path / "o2" / "2").exists()
+    assert main(["k8s", "collect", "tune-nope", "--from", str(runs), "--out", str(out)]) == 2
+    assert "pass the PVC's runs/ directory as --from" in capsys.readouterr().err
 
 
 def test_watch_reports_fanout_progress(fake_api: FakeKubernetesApiServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from gpt_triton.cli import main
-from gpt_triton.core.errors import GptTritonError
-from gpt_triton.k8s.render import TuneJobParams, dns_name, example_files, render_job, render_rbac
+from gpt_triton.core.errors import EXIT_BAD_INPUT, EXIT_NO_WINNER, EXIT_TRANSIENT, GptTritonError
+from gpt_triton.k8s.examples import example_files
+from gpt_triton.k8s.render import TuneJobParams, dns_name, render_job, render_rbac
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = ROOT / "k8s"
-# Two recent versions bundled by kubernetes-validate (1.34 .. 1.37); native sidecars are GA from 1.33.
-VERSIONS = ["1.34.0", "1.37.0"]
+# The tuning range bundled by kubernetes-validate: native sidecars are beta (on by default) from 1.29, GA in 1.33.
+VERSIONS = ["1.29.0", "1.33.0", "1.37.0"]
 
 
 def _objects(text: str) -> list[dict[str, Any]]:
@@ -71,9 +72,21 @@ def test_single_job_contract() -> None:
     assert "emptyDir" in volumes["staging"] and volumes["data"]["persistentVolumeClaim"]["claimName"]
     assert {"name": "staging", "mountPath": "/staging"} in sidecar["volumeMounts"]
     assert {"name": "staging", "mountPath": "/staging"} in tuner["volumeMounts"]
+    # The exit codes of gpt_triton.core.errors: 1 (no winner) and 2 (bad input) fail at once, 3 (transient)
+    # is retried against the backoff limit, a node disruption is retried without counting.
     rules = job["spec"]["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "FailJob", "onExitCodes": {"containerName": "tuner", "operator": "In", "values": [2]}}
-    assert rules[1]["action"] == "Ignore" and rules[1]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"containerName": "tuner", "operator": "In",
+                                                             "values": [EXIT_NO_WINNER, EXIT_BAD_INPUT]}}
+    assert rules[1] == {"action": "Count", "onExitCodes": {"containerName": "tuner", "operator": "In",
+                                                           "values": [EXIT_TRANSIENT]}}
+    assert rules[2]["action"] == "Ignore" and rules[2]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    # The repository of this namespace and GPU product; the tuner (untrusted ONNX) gets no API token.
+    assert tuner["args"][tuner["args"].index("--repository") + 1] == "/data/repository/gpt-triton/NVIDIA-A100-SXM4-80GB"
+    assert pod["serviceAccountName"] == "gpt-triton-tuner" and pod["automountServiceAccountToken"] is False
+    assert {"name": "GPT_TRITON_GPU_PRODUCT", "value": "NVIDIA-A100-SXM4-80GB"} in tuner["env"]
+    # Triton as it serves: latency summaries, Guaranteed QoS (requests == limits).
+    assert "--metrics-config=summary_latencies=true" in sidecar["args"]
+    assert sidecar["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
     assert pod["restartPolicy"] == "Never"
     for key in ("activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished"):
         assert job["spec"][key] > 0
@@ -102,13 +115,50 @@ def test_indexed_fanout() -> None:
 
 
 def test_rbac_is_namespaced_and_least_privilege() -> None:
-    sa, role, binding = render_rbac("ns1")
+    operator, tuner, serving, role, binding = render_rbac("ns1")
+    assert [a["metadata"]["name"] for a in (operator, tuner, serving)] == [
+        "gpt-triton-operator", "gpt-triton-tuner", "gpt-triton-serving"]
+    # Only the operator talks to the API server.
+    assert [a["automountServiceAccountToken"] for a in (operator, tuner, serving)] == [True, False, False]
     assert role["kind"] == "Role" and binding["kind"] == "RoleBinding"
-    verbs = {r["resources"][0]: set(r["verbs"]) for r in role["rules"]}
-    assert verbs["deployments"] == {"get", "list", "watch", "patch"}
+    reads = [r for r in role["rules"] if "resourceNames" not in r]
+    verbs = {r["resources"][0]: set(r["verbs"]) for r in reads}
+    assert verbs["deployments"] == {"get", "list", "watch"}  # read only: scaling goes through the subresource
+    scale, pin = (r for r in role["rules"] if "resourceNames" in r)
+    # The one pod-template write: a promoted canary re-pins the stable Deployment, and only that one.
+    assert pin == {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["gpt-triton-stable"],
+                   "verbs": ["patch"]}
+    assert scale["resourceNames"] == ["gpt-triton-stable", "gpt-triton-canary"]
+    verbs["deployments/scale"] = set(scale["verbs"])
+    assert verbs["deployments/scale"] == {"get", "patch", "update"}
     assert verbs["jobs"] == {"create", "get", "list", "watch"}
+    assert verbs["leases"] == {"create", "get", "update"}
     assert all("delete" not in v and "*" not in v for v in verbs.values())
-    assert binding["subjects"][0] == {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ns1"}
+    assert binding["subjects"][0] == {"kind": "ServiceAccount", "name": "gpt-triton-operator", "namespace": "ns1"}
+    gitops_role = render_rbac("ns1", canary_promotes=False)[3]
+    assert not any(r["resources"] == ["deployments"] and "patch" in r["verbs"] for r in gitops_role["rules"])
+    with_lease = render_rbac("ns1", lease_for_tuner=True)
+    assert with_lease[1]["automountServiceAccountToken"] is True
+    lease_role = with_lease[-2]
+    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                    "verbs": ["create", "get", "update"]}]
+    validate_all(with_lease)
+
+
+def test_lease_lock_and_mig() -> None:
+    job = render_job(TuneJobParams(models=("m",), gpu_product="NVIDIA-A100-SXM4-40GB", promotion_lock="lease",
+                                   gpu_resource="nvidia.com/mig-3g.20gb", triton_extra_args=("--log-verbose=1",)))
+    pod = _pod(job)
+    assert pod["automountServiceAccountToken"] is True
+    assert {"name": "GPT_TRITON_PROMOTION_LOCK", "value": "lease"} in pod["containers"][0]["env"]
+    assert pod["initContainers"][0]["resources"]["limits"]["nvidia.com/mig-3g.20gb"] == "1"
+    assert pod["initContainers"][0]["args"][-1] == "--log-verbose=1"
+    assert "--log-bundle" not in pod["containers"][0]["args"]
+    logged = _pod(render_job(TuneJobParams(models=("m",), log_bundle=True)))
+    assert "--log-bundle" in logged["containers"][0]["args"]
+    validate_all([job])
+    with pytest.raises(GptTritonError, match="use file or lease"):
+        TuneJobParams(models=("m",), promotion_lock="etcd")
 
 
 def test_names_are_dns_labels() -> None:

@@ -24,7 +24,7 @@ accuracy: {synthetic_requests: 16}
 
 
 @pytest.mark.slow
-def test_run_tunes_against_remote_triton_and_prints_bundle(tmp_path: Path, tiny_model_path: Path,
+def test_run_tunes_against_remote_triton_and_stores_bundle(tmp_path: Path, tiny_model_path: Path,
                                                            triton_server: EmbeddedTriton) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
@@ -39,7 +39,10 @@ def test_run_tunes_against_remote_triton_and_prints_bundle(tmp_path: Path, tiny_
         capture_output=True, text=True, env=env, timeout=540, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    data = bundle.parse_bundle(proc.stdout)
+    # The result is on the (shared) volume, and the log says where.
+    stored = tmp_path / "runs" / "tune-tiny" / "0" / "result.tar.gz"
+    assert f"==> gpt-triton result {stored} sha256=" in proc.stdout
+    data = bundle.read_result(stored.parent)
     assert data is not None
     manifest = bundle.extract_bundle(data, tmp_path / "collected")
     report = json.loads((tmp_path / "collected" / "report.json").read_text())

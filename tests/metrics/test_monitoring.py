@@ -71,10 +71,37 @@ def dashboard_exprs() -> list[str]:
 def test_dashboard_uses_recorded_and_pushed_series() -> None:
     exprs = " ".join(dashboard_exprs())
     rules = (monitoring_dir() / "rules.yml").read_text()
-    for recorded in set(re.findall(r"model_version:[a-z_0-9:]+", exprs)):
-        assert f"record: {recorded}" in rules, recorded
-    for needed in ("gpt_triton_canary_weight", "nv_inference_pending_request_count", "gpt_triton_gain_ratio"):
-        assert needed in exprs
+    recorded = set(re.findall(r"\bnamespace_model_version:[a-z_0-9:]+", exprs))
+    assert "namespace_model_version:triton_request_latency_seconds:p99" in recorded
+    for name in recorded:
+        assert f"record: {name}" in rules, name
+    for needed in ("gpt_triton_canary_weight", "nv_inference_pending_request_count", "gpt_triton_gain_ratio",
+                   "gpt_triton_canary_decision_info", "nv_gpu_utilization", "nv_gpu_memory_used_bytes",
+                   "nv_inference_exec_count", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us"):
+        assert needed in exprs, needed
+
+
+def test_dashboard_rates_follow_the_scrape_interval_and_select_the_namespace() -> None:
+    """Grafana's $__rate_interval (>= 4 scrapes) in every range, never a fixed window; Triton series by namespace."""
+    exprs = dashboard_exprs()
+    ranges = [r for e in exprs for r in re.findall(r"\[([^\]]+)\]", e)]
+    assert ranges and set(ranges) == {"$__rate_interval"}, ranges
+    triton = [e for e in exprs if re.search(r"\bnv_|namespace_model_version:", e)]
+    assert len(triton) >= 10
+    for expr in triton:
+        assert 'namespace=~"$namespace"' in expr, expr
+    variables = json.loads((monitoring_dir() / "grafana-dashboard.json").read_text())["templating"]["list"]
+    assert [v["name"] for v in variables] == ["datasource", "namespace", "model"]
+
+
+def test_recording_rules_aggregate_by_namespace_model_version() -> None:
+    rules = yaml.safe_load((monitoring_dir() / "rules.yml").read_text())
+    recorded = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    for name, expr in recorded.items():
+        if name.startswith("namespace_model_version:") and re.search(r"(?<![:\w])nv_", expr):  # raw Triton series
+            groupings = re.findall(r"(?:sum|max) by \(([^)]*)\)", expr)
+            assert groupings and all(g == "namespace, model, version" for g in groupings), (name, expr)
+    assert 'quantile="0.99"' in recorded["namespace_model_version:triton_request_latency_seconds:p99"]
 
 
 def rule_exprs() -> list[str]:
@@ -86,7 +113,8 @@ def rule_exprs() -> list[str]:
 def test_dashboard_and_rule_queries_parse_in_prometheus(prometheus_factory) -> None:
     prom = prometheus_factory(triton_targets=[])
     poll(prom.client.ready, 10, "Prometheus ready")
-    exprs = [expr.replace("$model", ".*") for expr in dashboard_exprs()] + rule_exprs()
+    exprs = [expr.replace("$model", ".*").replace("$namespace", ".*").replace("$__rate_interval", "1m")
+             for expr in dashboard_exprs()] + rule_exprs()
     assert len(exprs) >= 10, exprs
     for expr in exprs:
         # A parse error raises GptTritonError; a query that is not an instant vector raises too. With no

@@ -11,6 +11,7 @@ from prom_fixtures import poll
 from prometheus_client.parser import text_string_to_metric_families
 from pushed_report import make_report
 
+from gpt_triton.canary import CanaryMetrics
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.metrics.pushgateway import push_run_metrics
 
@@ -79,3 +80,25 @@ def test_prometheus_scrapes_pushed_run_with_honor_labels(tmp_path: Path, pushgat
     # honor_labels kept the pushed job instead of the scrape job "pushgateway"
     age = prom.client.query_value("time() - max(gpt_triton_last_success_timestamp_seconds)")
     assert age is not None and 0 <= age < 60
+
+
+def test_canary_decisions_are_grouped_by_namespace_and_replaced_by_the_next_canary(pushgateway) -> None:
+    """The rolled-back alert's series: one decision per namespace/model group; the next canary replaces it."""
+    def decisions() -> set[tuple[str, str, str]]:
+        with urllib.request.urlopen(f"{pushgateway.url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return {(s.labels.get("namespace", ""), s.labels["candidate"], s.labels["decision"])
+                for family in text_string_to_metric_families(text) for s in family.samples
+                if s.name == "gpt_triton_canary_decision_info"}
+
+    rolled = CanaryMetrics("m", "1", "3", pushgateway=pushgateway.address, namespace="team-a")
+    rolled.observe("rolled_back", 0.0, 1)
+    rolled.push()
+    other = CanaryMetrics("m", "1", "2", pushgateway=pushgateway.address, namespace="team-b")
+    other.observe("promoted", 1.0, 0)
+    other.push()
+    assert decisions() == {("team-a", "3", "rolled_back"), ("team-b", "2", "promoted")}
+    retry = CanaryMetrics("m", "1", "4", pushgateway=pushgateway.address, namespace="team-a")
+    retry.observe("serving_both", 0.0, 0)
+    retry.push()
+    assert decisions() == {("team-a", "4", "serving_both"), ("team-b", "2", "promoted")}

@@ -165,12 +165,14 @@ def test_verify_refuses_a_plan_on_another_tensorrt_or_gpu(
     assert line.endswith("(--allow-drift does not cover this)")
 
 
-def test_a_new_driver_is_drift_not_refusal(plan_repo: Path, capsys: pytest.CaptureFixture[str],
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_driver_is_refused_even_with_allow_drift(plan_repo: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serving runs `verify --allow-drift` (CPU engines still run after drift); a plan never gets that pass."""
     _here(monkeypatch, [{**T4, "driver": "560.35"}])
-    code, out, err = _verify(plan_repo, capsys)
-    assert code == 1 and "GPU driver changed 550.54 -> 560.35" in out + err
-    assert _verify(plan_repo, capsys, "--allow-drift")[0] == 0
+    for flags in ([], ["--allow-drift"]):
+        code, out, err = _verify(plan_repo, capsys, *flags)
+        assert code == 2 and "GPU driver changed 550.54 -> 560.35" in err, (out, err)
+        assert "(--allow-drift does not cover this)" in err
 
 
 def test_verify_needs_to_know_the_serving_tensorrt(plan_repo: Path, capsys: pytest.CaptureFixture[str],
