@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEMO_MODEL := examples/models/conv_attention.onnx
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps demo test test-fast lint typecheck benchmarks clean gpu-check
+.PHONY: setup system-deps perf-analyzer demo test test-fast lint typecheck benchmarks clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,28 @@ system-deps:
 	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus prometheus-pushgateway; }
 	@bash scripts/install-helm.sh
 
-setup: $(STAMP) system-deps
+# perf_analyzer (measure.client: perf_analyzer; benchmarks/perf_analyzer_agreement.py): the binary from the
+# tritonclient 2.41.0 wheel and libcudart from nvidia-cuda-runtime-cu12, extracted into .cache, never installed
+# into the venv (the project needs tritonclient >= 2.51). It also needs Debian's libb64-0d, even on CPU.
+PA_CACHE := .cache/perf_analyzer
+PA_BIN := $(PA_CACHE)/bin/perf_analyzer
+
+$(PA_BIN): | $(STAMP)
+	@dpkg -s libb64-0d >/dev/null 2>&1 \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libb64-0d; }
+	$(BIN)/pip download -q --no-deps -d $(PA_CACHE)/wheels tritonclient==2.41.0 'nvidia-cuda-runtime-cu12>=12,<13'
+	$(BIN)/python -c "import glob, os, zipfile; \
+	  z = zipfile.ZipFile(glob.glob('$(PA_CACHE)/wheels/tritonclient-2.41.0-*.whl')[0]); \
+	  os.makedirs('$(PA_CACHE)/bin', exist_ok=True); \
+	  open('$@', 'wb').write(z.read('tritonclient-2.41.0.data/data/bin/perf_analyzer')); \
+	  c = zipfile.ZipFile(sorted(glob.glob('$(PA_CACHE)/wheels/nvidia_cuda_runtime_cu12-*.whl'))[-1]); \
+	  c.extractall('$(PA_CACHE)/cuda', [n for n in c.namelist() if n.startswith('nvidia/cuda_runtime/lib/')])"
+	chmod +x $@
+	LD_LIBRARY_PATH=$(PA_CACHE)/cuda/nvidia/cuda_runtime/lib $@ --version
+
+perf-analyzer: $(PA_BIN)
+
+setup: $(STAMP) system-deps perf-analyzer
 
 $(DEMO_MODEL): $(STAMP) gpt_triton/testing/models.py examples/make_models.py
 	$(BIN)/python examples/make_models.py

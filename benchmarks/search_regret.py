@@ -8,7 +8,9 @@ twice with :class:`gpt_triton.measure.harness.Measurer`, in one run:
 * with racing, as the tuner ships (the default MeasureSpec: min 3, max 10 windows, stability 10%):
   one full window each, then after every interleaved round the candidates clearly slower than the
   leader (the drift model over all windows, Bonferroni over comparisons and rounds) are dropped;
-  contenders continue until stable, separated, futile to separate (a declared tie) or max_windows.
+  contenders continue until stable, separated, futile to separate (a declared tie) or max_windows;
+  then, as the tuner does, the finalist stage (the tie group / top-k and the baseline judged again
+  together, :func:`gpt_triton.steps.finalists`), its windows and time counted in racing's.
 
 The exhaustive reference gets more windows than the tuner's cap (12 by default): it is the "truth"
 racing is judged against, so it should be sharper than what it judges.
@@ -19,7 +21,8 @@ third, separate run judges: the racing winners and the exhaustive winner, interl
 each round for ``--judge-windows`` windows each, and valued with the drift model of
 :mod:`gpt_triton.measure.racing` (candidate + round effects, errors correlated between neighbouring
 windows). Regret = judged(racing winner) / judged(exhaustive winner) - 1, with its 95% interval; it is
-negative when racing found a faster candidate than the exhaustive run did. The exhaustive valuation
+negative when racing found a faster candidate than the exhaustive run did; the target (regret <= 2%) is
+judged on the interval's 95% upper bound, not on the point. The exhaustive valuation
 (pooled and drift-adjusted) is printed too. Racing runs ``--racing-runs`` times with fresh seeds.
 
     .venv/bin/python benchmarks/search_regret.py [--window 0.5] [--windows 12] [--metric p50]
@@ -49,6 +52,7 @@ from gpt_triton.measure.harness import Measurer, MeasureRun
 from gpt_triton.measure.racing import DriftFit, drift_fit
 from gpt_triton.select import select
 from gpt_triton.server import EmbeddedTriton
+from gpt_triton.steps import contenders
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 
 LEVELS = ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]
@@ -115,6 +119,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="use only the first N candidates (0: all 24)")
     parser.add_argument("--model", default="conv_attention", choices=["conv_attention", "resnet"],
                         help="resnet (~19 ms/inference) spreads the variants wider than conv_attention (~2 ms)")
+    parser.add_argument("--no-finalists", dest="finalists", action="store_false",
+                        help="select on racing's windows alone (before issue 16's finalist stage)")
     parser.add_argument("--dump", type=Path, default=None,
                         help="write each run's windows (drift-model view) and decision log as JSON here")
     args = parser.parse_args()
@@ -172,7 +178,29 @@ def main() -> None:
                     dump(args.dump / f"racing_{k + 1}.json", race_run)
                 won = select(racing, objective, everyone, [race_run.contrasts] if race_run.contrasts else [])
                 assert won.winner_id
-                races.append((won.winner_id, won, race_s, race_w, race_log))
+                if args.finalists:
+                    # As the tuner does (gpt_triton.steps.finalists): the contenders judged again together,
+                    # and its cost counted in racing's time.
+                    start = time.monotonic()
+                    group = contenders(racing, won, race_spec.finalists, race_spec.max_finalists)
+                    copies = [c.model_copy(deep=True, update={"status": "deployed", "latency": [], "reason": None})
+                              for c in group]
+                    stage = race_spec.model_copy(update={"max_windows": race_spec.finalist_windows
+                                                         or race_spec.max_windows})
+                    final_run = Measurer(server.grpc_url, requests, stage, objective, seed=50 + k).measure(
+                        copies, until_separated=True)
+                    apply_outcomes(copies, final_run.outcomes)
+                    first_id = won.winner_id
+                    won = select(copies, objective, everyone, [final_run.contrasts] if final_run.contrasts else [])
+                    assert won.winner_id
+                    race_s += time.monotonic() - start
+                    race_w += final_run.windows
+                    race_log = race_log + [f"finalists: {line}" for line in final_run.log]
+                    print(f"  finalists {', '.join(c.id for c in group)}: {final_run.windows} windows; "
+                          f"racing had {first_id}, finalists select {won.winner_id}", flush=True)
+                assert won.winner_id is not None
+                winner_id: str = won.winner_id
+                races.append((winner_id, won, race_s, race_w, race_log))
                 print(f"racing run {k + 1}: {race_w} windows, {race_s:.0f} s; selected {won.winner_id} "
                       f"(ties: {', '.join(won.ties) or 'none'})", flush=True)
             finalists = list(dict.fromkeys([ex_winner] + [r[0] for r in races]))
@@ -223,9 +251,14 @@ def main() -> None:
         print(f"judge run: {args.judge_windows} windows each of {', '.join(finalists)}; innovation sd "
               f"{100 * np.sqrt(judged.sigma2):.1f}%, neighbour correlation {judged.rho:.2f}, df {judged.df}")
     if summary:
-        met = sum(1 for frac, r, _ in summary if frac <= 0.25 and r <= 0.02)
-        print(f"target (judged regret <= 2% with <= 0.25 of the exhaustive wall time): met in {met} of "
-              f"{len(summary)} racing runs; wall fractions {', '.join(f'{f:.2f}' for f, _, _ in summary)}; "
+        # The target is judged on the 95% upper bound of the regret: a point estimate under 2% with an
+        # interval reaching +7% does not show that racing lost at most 2%.
+        met = sum(1 for frac, _, hi in summary if frac <= 0.25 and hi <= 0.02)
+        met_point = sum(1 for frac, r, _ in summary if frac <= 0.25 and r <= 0.02)
+        print(f"target (95% upper bound of the judged regret <= 2% with <= 0.25 of the exhaustive wall time): "
+              f"met in {met} of {len(summary)} racing runs (by the point estimate alone: {met_point}); "
+              f"worst upper bound {100 * max(h for _, _, h in summary):+.1f}%; "
+              f"wall fractions {', '.join(f'{f:.2f}' for f, _, _ in summary)}; "
               f"judged regret {', '.join(f'{100 * r:+.1f}%' for _, r, _ in summary)} (95% upper bounds "
               f"{', '.join(f'{100 * h:+.1f}%' for _, _, h in summary)})")
     for cand in sorted(exhaustive, key=lambda c: pooled.get(c.id, float("inf")))[:5]:

@@ -17,9 +17,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from gpt_triton.core.measurements import Interval, ObjectiveContrasts
+from gpt_triton.core.naming import named
 from gpt_triton.core.objective import objective_interval
 from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import ObjectiveSpec
+from gpt_triton.measure.quantiles import requests_needed
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
 
 if TYPE_CHECKING:
@@ -95,15 +97,21 @@ def select(
     pool: list[tuple[Candidate, Interval]] = []
     for cand in candidates:
         if cand.status != "measured":
-            out.log.append(f"{cand.id}: not considered (status {cand.status})")
+            out.log.append(f"{named(cand)}: not considered (status {cand.status})")
             continue
         ok, why = eligible(cand)
         if not ok:
-            out.log.append(f"{cand.id}: not eligible ({why})")
+            out.log.append(f"{named(cand)}: not eligible ({why})")
+            continue
+        stats = cand.latency[objective.load_index] if objective.load_index < len(cand.latency) else None
+        if stats is not None and objective.metric in stats.unbounded:
+            out.log.append(
+                f"{named(cand)}: refused: its {objective.metric} rests on {stats.requests} requests, too few for any "
+                f"order statistic to bound it from above (needs {requests_needed(objective.metric)}+)")
             continue
         interval = objective_interval(cand.latency, objective)
         if interval is None:
-            out.log.append(f"{cand.id}: infeasible for objective {objective.metric} (SLO, errors or no data)")
+            out.log.append(f"{named(cand)}: infeasible for objective {objective.metric} (SLO, errors or no data)")
             continue
         pool.append((cand, interval))
         out.values[cand.id] = interval.value
@@ -116,7 +124,7 @@ def select(
     tied = [(c, iv) for c, iv in pool if verdicts[c.id][0]]
     unit = "req/s (negated)" if objective.metric == "throughput" else "ms"
     out.log.append(
-        f"best point estimate {best.id}: {objective.metric} {best_iv.value:.4g} {unit} "
+        f"best point estimate {named(best)}: {objective.metric} {best_iv.value:.4g} {unit} "
         f"[{best_iv.low:.4g}, {best_iv.high:.4g}]"
     )
     if len(tied) > 1:
@@ -124,10 +132,10 @@ def select(
         tied = _break_tie(tied)
         out.log.append(
             "tie within the noise among " + ", ".join(
-                f"{c.id} {iv.value:.4g} [{iv.low:.4g}, {iv.high:.4g}] margin {_margin(c):.3g} build {c.build.seconds:.1f}s"
+                f"{named(c)} {iv.value:.4g} [{iv.low:.4g}, {iv.high:.4g}] margin {_margin(c):.3g} build {c.build.seconds:.1f}s"
                 + (f" ({verdicts[c.id][1]})" if c.id != best.id else "")
                 for c, iv in tied)
-            + f" -> {tied[0][0].id} (larger accuracy margin, then lower build cost, then faster; margins within "
+            + f" -> {named(tied[0][0])} (larger accuracy margin, then lower build cost, then faster; margins within "
             f"{MARGIN_RESOLUTION:g} and builds within {BUILD_COST_RESOLUTION_S:g} s count as equal)"
         )
     winner = tied[0][0]
@@ -140,7 +148,7 @@ def select(
         out.estimate_ratio = out.values[baseline.id] / out.values[winner.id]
         if objective.metric == "throughput":
             out.estimate_ratio = 1.0 / out.estimate_ratio  # keep ">1: winner better"; both negated
-    out.log.append(f"selected {winner.id}" + (f", runner-up {out.runner_up_id}" if out.runner_up_id else ""))
+    out.log.append(f"selected {named(winner)}" + (f", runner-up {named(rest[0])}" if rest else ""))
     return out
 
 

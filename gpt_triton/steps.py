@@ -1,5 +1,6 @@
-"""The steps after the search, each on its own fresh server: the separate re-measurement of the winner
-against the baseline, the optional repeat check, and the one opening of the held-out split.
+"""The steps after the search, each on its own fresh server: the finalist stage (the candidates still in
+contention judged again together before the choice), the separate re-measurement of the winner against
+the baseline, the optional repeat check, and the one opening of the held-out split.
 
 Each composes stages (deploy, measure, select, accuracy) for one decision of the run and records what
 it used in ``report.decisions``.
@@ -15,9 +16,11 @@ from gpt_triton.accuracy.served import accept
 from gpt_triton.accuracy.validate import infer_requests
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import ObjectiveContrasts
+from gpt_triton.core.naming import named, named_id
 from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
 from gpt_triton.core.records import Candidate, Gain
+from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
 from gpt_triton.run import Run
 from gpt_triton.select import Selection, gain, select
@@ -31,7 +34,7 @@ def isolated_estimates(run: Run, measured: Sequence[Candidate]) -> None:
             try:
                 candidate.isolated = isolated_estimate(candidate.artifact, run.tuning.inputs)
             except Exception as exc:  # isolated figures are for comparison only; say why one is missing
-                run.decide(f"{candidate.id}: no isolated estimate ({type(exc).__name__}: {exc})")
+                run.decide(f"{named(candidate)}: no isolated estimate ({type(exc).__name__}: {exc})")
     rho = rank_correlation(measured, load_index=run.spec.objective.load_index)
     run.report.isolated_vs_served_rho = None if math.isnan(rho) else round(rho, 4)
     if run.report.isolated_vs_served_rho is not None:
@@ -48,9 +51,78 @@ def selection(run: Run, measured: Sequence[Candidate],
                   run.report.contrasts if contrasts is None else contrasts, spec.measure.confidence)
 
 
-def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None) -> Gain | None:
+def contenders(measured: Sequence[Candidate], first: Selection, top_k: int, cap: int) -> list[Candidate]:
+    """Who is still in contention after the search: the winner and its tie group, filled up to ``top_k``
+    by point estimate, at most ``cap`` (the fastest by point estimate), and the baseline always (so the
+    gain selection estimates comes from one interleaved run, not from windows of different runs)."""
+    by_id = {c.id: c for c in measured}
+    ranked = [cid for cid, _ in sorted(first.values.items(), key=lambda item: item[1]) if cid in by_id]
+    group = [cid for cid in ranked if cid == first.winner_id or cid in first.ties]
+    for cid in ranked:
+        if len(group) >= top_k:
+            break
+        if cid not in group:
+            group.append(cid)
+    if first.winner_id in group[cap:]:
+        group.remove(first.winner_id)
+        group.insert(0, first.winner_id)
+    group = group[:cap]
+    baseline = next((c.id for c in measured if c.is_baseline), None)
+    if baseline is not None and baseline not in group:
+        group.append(baseline)
+    return [by_id[cid] for cid in group]
+
+
+def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Selection:
+    """Re-judge the candidates still in contention together on a fresh server before the choice.
+
+    Racing's windows picked the leader among many: the leader's figure is biased low (the winner's
+    curse) and a tie from short windows may span large gaps. The contenders (:func:`contenders`) get
+    one interleaved run, shuffled each round, with fresh seeds, up to ``measure.finalist_windows``
+    (default ``max_windows``) windows each: racing drops those clearly slower; it ends when the rest are separated, or cannot be
+    separated within the budget (a tie that holds). Selection then runs on that run alone, with its
+    drift model for the tie test. Returns the search's selection unchanged when there is nothing to
+    re-judge (``measure.finalists: 0``, no winner, or a single contender)."""
+    spec = run.spec.measure
+    if spec.finalists <= 0 or first.winner_id is None:
+        return first
+    group = contenders(measured, first, spec.finalists, spec.max_finalists)
+    if len(group) < 2:
+        return first
+    copies = [fresh_copy(c) for c in group]
+    windows = spec.finalist_windows or spec.max_windows
+    stage = spec.model_copy(update={"loads": [spec.loads[run.spec.objective.load_index]],
+                                    "max_windows": windows, "racing": True})
+    objective = run.spec.objective.model_copy(update={"load_index": 0})
+    run.decide(f"finalists: {', '.join(named(c) for c in group)} (search winner {named_id(group, first.winner_id)}, "
+               f"{len(first.ties)} tied with it) judged again together, up to {windows} windows each")
+    with serve(run, copies, "finalists", "_f") as (server, loaded), \
+            run.progress.bar(f"finalists: judging {len(loaded)} candidates (windows)", None) as advance:
+        judged = Measurer(server.grpc_url, run.tuning.inputs, stage, objective, metrics_url=server.metrics_url,
+                          progress=advance, processes=spec.client_processes, seed=4_243).measure(loaded, until_separated=True)
+    for line in judged.log:
+        run.decide(f"finalists: {line}")
+    run.apply(copies, judged.outcomes)
+    final = select([c for c in copies if c.status == "measured"], objective,
+                   lambda c: candidate_eligible(c, run.spec.accuracy),
+                   [judged.contrasts] if judged.contrasts else [], spec.confidence)
+    for line in final.log:
+        run.decide(f"finalists: select: {line}")
+    if final.winner_id is None:
+        run.decide("finalists: no finalist was measured again: the search's selection stands")
+        return first
+    requests = {c.id: c.latency[0].requests for c in copies if c.latency}
+    run.decide(f"finalists: selected {named_id(copies, final.winner_id)} (search had {first.winner_id}); estimate resting on "
+               + ", ".join(f"{cid} {n} requests" for cid, n in requests.items()))
+    return final
+
+
+def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None,
+              estimate: float | None = None) -> Gain | None:
     """Winner (and runner-up) against the baseline on a fresh server, interleaved, with fresh seeds: the
-    gain and its interval come from this run, not from the windows that selected the winner."""
+    gain and its interval come from this run, not from the windows that selected the winner.
+    ``estimate`` is what selection believed (baseline / winner objective; the finalist run's when it ran),
+    reported beside the re-measured gain; default: from the candidates' search figures."""
     spec = run.spec
     contenders = [winner, baseline]
     if runner_up is not None and runner_up.id not in (winner.id, baseline.id):
@@ -62,14 +134,16 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
             results = measurer(run, server, advance).remeasure(contenders)
     win_value = objective_value(winner.latency, spec.objective)
     base_value = objective_value(baseline.latency, spec.objective)
-    estimate = base_value / win_value if win_value and base_value else None
+    if estimate is None:
+        estimate = base_value / win_value if win_value and base_value else None
     found = gain(results[baseline.id], results[winner.id], spec.objective, spec.measure.confidence,
                  spec.measure.bootstrap_resamples, estimate)
     found.remeasured_baseline = results[baseline.id].stats
     found.remeasured_winner = results[winner.id].stats
     run.decide(
         f"re-measured on a fresh server, interleaved: baseline/winner {found.metric} ratio {found.ratio.value:.3f} "
-        f"[{found.ratio.low:.3f}, {found.ratio.high:.3f}] (selection estimated {found.selection_estimate_ratio or float('nan'):.3f})"
+        f"[{found.ratio.low:.3f}, {found.ratio.high:.3f}] (selection estimated {found.selection_estimate_ratio or float('nan'):.3f}); "
+        f"on {found.remeasured_baseline.requests} baseline and {found.remeasured_winner.requests} winner requests"
     )
     return found
 
@@ -93,13 +167,14 @@ def repeat_check(run: Run, measured: Sequence[Candidate], first: Selection) -> N
         verdict = "disagree"
     run.report.repeat_check = {"first": first.winner_id, "second": second.winner_id, "verdict": verdict,
                                "first_ties": list(first.ties), "second_ties": list(second.ties)}
-    run.decide(f"repeat check: first selection {first.winner_id}, second {second.winner_id}: {verdict}")
+    run.decide(f"repeat check: first selection {named_id(run.report.candidates, first.winner_id)}, "
+               f"second {named_id(run.report.candidates, second.winner_id)}: {verdict}")
 
 
 def accept_on_heldout(run: Run, heldout: HeldOut, chosen: Candidate, baseline: Candidate) -> Candidate | None:
     """Open the held-out split once; return what may be promoted: the chosen candidate if it passes,
     else the baseline if it passes, else None (the reference disagrees with the model itself)."""
-    held = heldout.open_for_acceptance(f"final acceptance of {chosen.id} before promotion")
+    held = heldout.open_for_acceptance(f"final acceptance of {named(chosen)} before promotion")
     if not held.inputs:
         run.decide("held-out split is empty: acceptance skipped (give more reference requests)")
         return chosen
@@ -110,10 +185,11 @@ def accept_on_heldout(run: Run, heldout: HeldOut, chosen: Candidate, baseline: C
         produced = {c.id: infer_requests(server.grpc_url, c.deploy.model_name, held.inputs, run.output_names)  # type: ignore[union-attr]
                     for c in contenders}
     verdicts = accept(held, produced, [c.id for c in contenders], baseline.id, run.spec.accuracy)
+    by_id = {c.id: c for c in contenders}
     for verdict in verdicts:
         result = verdict.accuracy
         run.decide(
-            f"held-out acceptance of {verdict.candidate_id} on {result.requests} requests: "
+            f"held-out acceptance of {named(by_id[verdict.candidate_id])} on {result.requests} requests: "
             f"{'passed' if verdict.passed else 'FAILED: ' + verdict.reason}; "
             f"{result.exceedances} exceedances, upper bound {result.exceedance_upper_bound:.2%} at {result.confidence:.0%} confidence"
         )

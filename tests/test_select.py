@@ -133,3 +133,27 @@ def test_gain_is_significant_only_when_the_interval_excludes_one() -> None:
     assert not gain(base, same, obj, 0.95, 500, None).significant
     worse = gain(base, slower, obj, 0.95, 500, None)
     assert not worse.significant and worse.ratio.high < 1.0
+
+
+def test_a_tail_objective_no_order_statistic_bounds_is_refused() -> None:
+    thin = cand("thin", (3, 2.9, 3.1))
+    thin.latency[0].requests, thin.latency[0].unbounded = 120, ["p99"]
+    cands = [cand("base", (10, 9.5, 10.5), baseline=True), thin]
+    sel = select(cands, ObjectiveSpec(metric="p99"), always)
+    assert sel.winner_id == "base" and "thin" not in sel.values
+    assert any("thin: refused" in line and "120 requests" in line and "500" in line for line in sel.log)
+    assert select(cands, ObjectiveSpec(metric="p50"), always).winner_id == "thin"  # the median is bounded
+
+
+def test_finalists_are_the_tie_group_filled_to_top_k_and_the_baseline() -> None:
+    from gpt_triton.select import Selection
+    from gpt_triton.steps import contenders
+
+    cands = [cand("base", (10, 9, 11), baseline=True), cand("a", (5, 4, 6)), cand("b", (5.2, 4, 6)),
+             cand("c", (6, 5, 7)), cand("d", (8, 7, 9))]
+    first = Selection(winner_id="b", ties=["a"], values={c.id: c.latency[0].p99_ms.value for c in cands})  # type: ignore[union-attr]
+    assert [c.id for c in contenders(cands, first, top_k=3, cap=6)] == ["a", "b", "c", "base"]
+    assert [c.id for c in contenders(cands, first, top_k=1, cap=6)] == ["a", "b", "base"]  # the whole tie group
+    # A cap keeps the fastest, and always the search's winner.
+    wide = Selection(winner_id="d", ties=["a", "b", "c"], values=first.values)
+    assert [c.id for c in contenders(cands, wide, top_k=3, cap=2)] == ["d", "a", "base"]

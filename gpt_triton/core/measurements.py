@@ -75,6 +75,10 @@ class LatencyStats(BaseModel):
     errors: int = 0
     server: ServerBreakdown | None = None
     rate_held: bool | None = None  # open-loop: did the generator hold the requested rate
+    requests: int = 0  # successful requests every latency estimate above rests on (pooled over windows)
+    # Quantiles ("p99") too far in the tail for this many requests: no order statistic bounds them from
+    # above, so their intervals are widened to the largest sample and selection refuses them.
+    unbounded: list[str] = Field(default_factory=list)
 
 
 class IsolatedStats(BaseModel):

@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.arrivals import ArrivalProcess, arrival_process
-from gpt_triton.measure.sender import Job, Raw, drive
+from gpt_triton.measure.sender import Job, Raw, drive, drive_lean
 from gpt_triton.measure.server_stats import StatsSnapshots, model_dtypes
 from gpt_triton.measure.workers import run_processes, split_job
 
@@ -69,7 +69,10 @@ def run_window(
 
     try:
         with StatsSnapshots(grpc_url, model_name, metrics_url) as snapshots:
-            if processes == 1:
+            if processes == 1 and offsets is None and job.concurrency == 1:
+                # The lean synchronous loop: the client's own cost stays out of the latency it reports.
+                raws = [drive_lean(job, lambda: snapshots.take("before"))]
+            elif processes == 1:
 
                 async def before() -> None:
                     snapshots.take("before")

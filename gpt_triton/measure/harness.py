@@ -29,7 +29,10 @@ from gpt_triton.core.measurements import LatencyStats, LoadProfile, ObjectiveCon
 from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.measure.loadgen import WindowSample, pinned, run_window
+from gpt_triton.measure.clients import BuiltinClient, LoadClient
+from gpt_triton.measure.loadgen import WindowSample, pinned
+from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.measure.quantiles import sizing_note, window_requests
 from gpt_triton.measure.racing import (
     RaceWindow,
     contrasts_from_fit,
@@ -42,6 +45,15 @@ from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
+
+
+def load_client(name: str, processes: int = 1) -> LoadClient:
+    """The client ``measure.client`` names; perf_analyzer must be installed (``make setup`` fetches it)."""
+    if name == "perf_analyzer":
+        tool = find_perf_analyzer(required=True)
+        assert tool is not None  # required=True raises instead
+        return PerfAnalyzerClient(tool)
+    return BuiltinClient(processes)
 
 
 @dataclass
@@ -101,6 +113,7 @@ class Measurer:
         outputs: Sequence[str] | None = None,
         seed: int = 0,
         race_after: int = 1,
+        client: LoadClient | None = None,
     ) -> None:
         if not requests:
             raise GptTritonError("no requests to measure with: the tuning split is empty")
@@ -117,6 +130,8 @@ class Measurer:
         self.server_pid = server_pid
         self.outputs = list(outputs) if outputs else None
         self.seed = seed
+        # Who sends the requests: measure.client (the built-in generator or perf_analyzer), or the caller's.
+        self.client = client if client is not None else load_client(spec.client, processes)
         # Racing may drop after this many interleaved rounds; never before every candidate has one full
         # window (the interval is drift-pooled across candidates, so it does not need min_windows each).
         self.race_after = max(1, race_after)
@@ -124,6 +139,19 @@ class Measurer:
         # which also seeds each run's shuffle so two runs never share an order.
         self.window_order: list[tuple[str, str]] = []
         self._windows_run = 0
+
+    @property
+    def tail_metric(self) -> str:
+        """The statistic the objective reads per window: a throughput objective's SLO reads the p99."""
+        if self.objective.metric == "throughput":
+            return "p99" if self.objective.slo_p99_ms is not None else "mean"
+        return self.objective.metric
+
+    @property
+    def window_min_requests(self) -> int:
+        """Requests every window holds: enough for the objective's quantile (p99: 500 with the default
+        ``tail_requests``), so a window's length follows from the quantile and the rate it runs at."""
+        return window_requests(self.tail_metric, self.spec.window_min_requests, self.spec.tail_requests)
 
     @property
     def windows_run(self) -> int:
@@ -134,10 +162,10 @@ class Measurer:
 
     def _window(self, model: str, load: LoadProfile, duration_s: float, min_requests: int) -> WindowSample:
         self._windows_run += 1
-        return run_window(
+        return self.client.window(
             self.grpc_url, model, self.requests, load, duration_s, min_requests, outputs=self.outputs,
-            metrics_url=self.metrics_url, processes=self.processes,
-            seed=self.seed * 1_000_003 + self._windows_run, payload_start=self._windows_run * 131,
+            metrics_url=self.metrics_url, seed=self.seed * 1_000_003 + self._windows_run,
+            payload_start=self._windows_run * 131,
         )
 
     def _say(self, log: list[str], message: str) -> None:
@@ -197,7 +225,11 @@ class Measurer:
     # ------------------------------------------------------------ interleaved runs
 
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
-                    max_windows: int, stop_when_stable: bool, log: list[str], shuffle: bool = True) -> _Run:
+                    max_windows: int, stop_when_stable: bool, log: list[str], shuffle: bool = True,
+                    min_requests: int | None = None) -> _Run:
+        """Interleaved rounds over ``models`` at ``load``; each window holds at least ``min_requests``
+        (default: what the objective's quantile needs)."""
+        min_requests = self.window_min_requests if min_requests is None else min_requests
         run = _Run(samples={cid: [] for cid in models})
         max_windows = max(max_windows, min_windows)
         done: set[str] = set()
@@ -215,7 +247,7 @@ class Measurer:
                 try:
                     if not run.samples[cid] and self.spec.warmup_s > 0:
                         self._window(models[cid], load, self.spec.warmup_s, 0)  # discarded
-                    sample = self._window(models[cid], load, self.spec.window_s, self.spec.window_min_requests)
+                    sample = self._window(models[cid], load, self.spec.window_s, min_requests)
                 except GptTritonError as exc:
                     run.failed[cid] = str(exc)
                     self._say(log, f"{cid}: measurement failed at {load.label()}: {exc}")
@@ -252,9 +284,13 @@ class Measurer:
                 self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows (max_windows)")
         return run
 
-    def measure(self, candidates: Sequence[Candidate]) -> MeasureRun:
+    def measure(self, candidates: Sequence[Candidate], until_separated: bool = False) -> MeasureRun:
         """Measure every deployed candidate at every load in ``spec.loads``. Candidates are read, never
-        changed: each gets a :class:`MeasureOutcome` (``measured``, or ``failed`` with the reason)."""
+        changed: each gets a :class:`MeasureOutcome` (``measured``, or ``failed`` with the reason).
+
+        ``until_separated`` (the finalist stage): a candidate's windows do not stop at stability; the run
+        goes on until racing has separated the candidates, found them futile to separate (a tie that
+        holds at ``max_windows``), or ``max_windows`` is reached."""
         log: list[str] = []
         windows_before = self._windows_run
         groups: dict[str, list[Candidate]] = {}
@@ -283,10 +319,18 @@ class Measurer:
             excluded: set[str] = set()
             for i in order:
                 live = {cid: m for cid, m in models.items() if cid not in excluded}
+                # Only the objective's load needs windows sized for its quantile (a throughput objective
+                # reads every load); the others are reported and keep the configured minimum.
+                sized = i == obj_index or self.objective.metric == "throughput"
                 runs[i] = self._interleave(live, spec.loads[i], race and i == obj_index, spec.min_windows,
-                                           spec.max_windows, True, log)
+                                           spec.max_windows, not until_separated, log,
+                                           min_requests=None if sized else spec.window_min_requests)
                 excluded |= set(runs[i].dropped) | set(runs[i].failed)
                 race_windows[spec.loads[i].label()] = runs[i].windows
+        obj_samples = [s for samples in runs[obj_index].samples.values() for s in samples]
+        rate = float(np.median([s.result.throughput for s in obj_samples])) if obj_samples else None
+        self._say(log, sizing_note(self.tail_metric, spec.window_min_requests, spec.window_s, rate,
+                                   spec.tail_requests))
         fit = drift_fit(runs[obj_index].windows)
         if self.objective.metric == "throughput" and spec.loads[obj_index].kind != "concurrency":
             fit = None  # the objective is the best held rate over several loads, not one load's windows

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpt_triton.core.measurements import LatencyStats, LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.loadgen import WindowSample
+from gpt_triton.measure.quantiles import widen_for_sample_size
 from gpt_triton.measure.stats import throughput_interval, window_bootstrap_intervals
 
 P99_MIN_REQUESTS = 200
@@ -83,6 +84,13 @@ def summarise(
         # than 3 windows this is the plain bootstrap over the pooled latencies.
         ivs = window_bootstrap_intervals([s.latencies_ms for s in samples], ("p50", "p90", "p99", "mean"),
                                          level, resamples, seed)
+        # A quantile's interval is never tighter than its order-statistic interval over the requests it
+        # rests on; one with no upper order statistic at all is flagged (selection refuses it).
+        out.requests = int(pooled.size)
+        for name in ("p50", "p90", "p99"):
+            ivs[name], bounded = widen_for_sample_size(ivs[name], pooled, name)
+            if not bounded:
+                out.unbounded.append(name)
         out.p50_ms, out.p90_ms, out.p99_ms, out.mean_ms = ivs["p50"], ivs["p90"], ivs["p99"], ivs["mean"]
     return out
 

@@ -26,15 +26,17 @@ def cand(cid: str, model: str, sha: str | None = None, threads: int = 0) -> Cand
 
 
 def spec(**kw: object) -> MeasureSpec:
+    # tail_requests=1: a p99 window holds 100 requests, not the default 500 (short tests; the sizing
+    # itself is tested in test_quantiles.py and below).
     base: dict[str, object] = dict(warmup_s=0.1, window_s=0.3, window_min_requests=5, min_windows=3, max_windows=6,
-                                   bootstrap_resamples=300, remeasure_windows=3)
+                                   bootstrap_resamples=300, remeasure_windows=3, tail_requests=1)
     base.update(kw)
     return MeasureSpec.model_validate(base)
 
 
-def measured(m: Measurer, cands: list[Candidate]) -> MeasureRun:
+def measured(m: Measurer, cands: list[Candidate], until_separated: bool = False) -> MeasureRun:
     """Measure, then apply the outcomes as the pipeline does (the measurer never changes a candidate)."""
-    run = m.measure(cands)
+    run = m.measure(cands, until_separated=until_separated)
     assert all(c.status == "deployed" for c in cands)  # read, never changed
     apply_outcomes(cands, run.outcomes)
     return run
@@ -151,3 +153,35 @@ def test_compare_runs_fixed_windows_in_shuffled_rounds(delay_models: EmbeddedTri
     assert fit is not None and fit.mu["b"] - fit.mu["a"] > 1.0  # 20 ms sleep vs ~0: e-fold and more
     with pytest.raises(GptTritonError, match="not deployed"):
         m.compare([cand("a", "measure_fast").model_copy(update={"deploy": None}), b], 2)
+
+
+@pytest.mark.slow
+def test_windows_hold_enough_requests_for_the_objective_quantile(delay_models: EmbeddedTriton,
+                                                                 requests_x: list) -> None:
+    fast = cand("fast", "measure_fast")
+    m = Measurer(delay_models.grpc_url, requests_x, spec(tail_requests=2, window_s=0.05, max_windows=3, racing=False),
+                 ObjectiveSpec(metric="p99"))
+    assert m.window_min_requests == 200  # 2 requests beyond the p99
+    run = measured(m, [fast])
+    stats = fast.latency[0]
+    assert all(w.requests >= 200 for w in stats.windows)
+    assert stats.requests == sum(w.requests for w in stats.windows) and stats.unbounded == []
+    assert any("holds at least 200 requests" in line and "a window lasts about" in line for line in run.log)
+
+
+@pytest.mark.slow
+def test_until_separated_keeps_going_past_stability(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    a, b = cand("a", "measure_fast"), cand("b", "measure_fast_b")  # the same cost: hard to separate
+    # stability=10: every 3 windows are "stable", so a plain run stops at 3 windows each.
+    kw = dict(warmup_s=0.0, window_s=0.1, min_windows=3, max_windows=5, stability=10.0)
+    plain = measured(Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50")),
+                     [a, b])
+    assert any(line.startswith("a stable at") for line in plain.log) and len(a.latency[0].windows) == 3
+    a, b = cand("a", "measure_fast"), cand("b", "measure_fast_b")
+    run = measured(Measurer(delay_models.grpc_url, requests_x, spec(**kw), ObjectiveSpec(metric="p50")), [a, b],
+                   until_separated=True)
+    assert not any("stable at" in line for line in run.log)
+    # It ends only as racing decides: futile to separate (a tie that holds), one dropped, or max_windows.
+    ended = (any("cannot be separated" in line for line in run.log) or a.reason or b.reason
+             or len(a.latency[0].windows) == len(b.latency[0].windows) == 5)
+    assert ended

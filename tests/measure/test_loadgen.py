@@ -148,3 +148,30 @@ def test_rate_held_flags_a_generator_that_falls_behind() -> None:
     spiky = np.full(1000, 0.5)
     spiky[::50] = 60.0  # 2% of sends 60 ms late: jitter, not falling behind, but p99 > 20 ms
     assert summarise(process, [_raw(spiky, offsets)], offsets, 1.0, server).result.rate_held is False
+
+
+def test_a_serialised_request_carries_the_payload_and_outputs() -> None:
+    from tritonclient.grpc import service_pb2
+
+    from gpt_triton.measure.sender import serialised_request
+
+    payload = {"x": np.arange(32, dtype=np.float32).reshape(2, 16), "s": np.array([b"ab", b"c"], dtype=np.object_)}
+    request = service_pb2.ModelInferRequest.FromString(serialised_request("m", payload, ["y"]))
+    assert request.model_name == "m" and [o.name for o in request.outputs] == ["y"]
+    assert [(t.name, t.datatype, list(t.shape)) for t in request.inputs] == [("x", "FP32", [2, 16]), ("s", "BYTES", [2])]
+    assert np.array_equal(np.frombuffer(request.raw_input_contents[0], np.float32), np.arange(32))
+    assert request.raw_input_contents[1] == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"  # Triton's length-prefixed BYTES
+
+
+@pytest.mark.slow
+def test_the_lean_loop_at_concurrency_one_matches_the_server(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    from gpt_triton.measure.sender import Job, drive_lean
+
+    w = run_window(delay_models.grpc_url, "measure_slow20", requests_x, LoadProfile(concurrency=1), 0.2,
+                   min_requests=12, metrics_url=delay_models.metrics_url)
+    res = w.result
+    assert res.errors == 0 and res.requests == w.latencies_ms.size >= 12
+    assert res.server is not None and res.server.success_count == res.requests  # the probe is outside
+    assert np.all(w.latencies_ms >= 20.0)  # each request slept 20 ms: the clock spans the whole call
+    with pytest.raises(ValueError, match="concurrency 1"):
+        drive_lean(Job(delay_models.grpc_url, "measure_fast", requests_x, None, 2, None, 0.1, 0))

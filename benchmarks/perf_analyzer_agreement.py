@@ -1,0 +1,222 @@
+"""Does the tuner's client agree with perf_analyzer? (a benchmark script, not a test; issue 16)
+
+For each example model (the ResNet-style CNN and conv_attention of ``examples/make_models.py``), a
+baseline and a winner are deployed on ONE embedded Triton and measured by both load clients in
+alternation, at concurrency 1: every round runs one window of each (client, candidate) pair, the
+clients' order flipping every round and the candidates' too, so drift of the shared machine falls on
+both clients alike. Printed side by side:
+
+* the baseline/winner ratio (p50 and p99) each client finds, with its two-stage 95% interval, and the
+  ratio of the two ratios (target: the tuner's within 5% of perf_analyzer's);
+* each client's p50 per candidate and the ratio of the two (target: the built-in client's p50 within
+  5% of perf_analyzer's);
+* each client's overhead: client mean latency minus Triton's server-side mean per request (queue +
+  compute input + infer + output, from the statistics API around each window), i.e. what the client
+  and the network add on top of the server.
+
+Pairs: by default the ONNX Runtime variant a tune typically picks (ORT_ENABLE_ALL, spinning off) against
+the unoptimised baseline (ORT_DISABLE_ALL); ``--run-dir RUN`` takes the baseline and winner of a tune
+instead (their artifacts from ``RUN/report.json``). ``--tunes N`` first runs N tunes per model
+(``gpt-triton tune --spec SPEC --no-promote``, ``examples/demo.yaml`` by default) and prints each one's
+selection estimate against its re-measured gain (issue 16's target: within 5% in at least 4 of 5), then
+compares the last tune's baseline and winner with both clients.
+
+    .venv/bin/python benchmarks/perf_analyzer_agreement.py [--rounds 6] [--window 2] [--model resnet]
+    .venv/bin/python benchmarks/perf_analyzer_agreement.py --tunes 5 --model both   # the whole issue
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from gpt_triton.core.measurements import LoadProfile
+from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
+from gpt_triton.core.records import Candidate, RunReport
+from gpt_triton.core.routes import Artifact, Route
+from gpt_triton.deploy import write_model
+from gpt_triton.measure.clients import BuiltinClient, LoadClient
+from gpt_triton.measure.driver import WindowSample
+from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.measure.stats import window_ratio_interval
+from gpt_triton.server import EmbeddedTriton
+from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
+
+BUILDERS: dict[str, Callable[[Path], Path]] = {"resnet": build_resnet_cnn, "conv_attention": build_conv_attention}
+
+
+def ort_candidate(cid: str, model_path: Path, level: str, spinning: str, baseline: bool) -> Candidate:
+    knobs = {"graph_optimization_level": level, "allow_spinning": spinning}
+    route = Route(family="onnxruntime", knobs=knobs)
+    options = {"session_options": {"graph_optimization_level": level},
+               "config_entries": {"session.intra_op.allow_spinning": spinning}}
+    art = Artifact(family="onnxruntime", runtime="onnxruntime", route=route, directory=str(model_path.parent),
+                   files=[model_path.name], runtime_options=options, sha256=sha256_file(model_path),
+                   size_bytes=model_path.stat().st_size)
+    return Candidate(id=cid, family="onnxruntime", route=route, serving=Route(family="serving"), artifact=art,
+                     status="built", is_baseline=baseline)
+
+
+def from_run(run_dir: Path) -> tuple[Path, Candidate, Candidate]:
+    """The model, baseline and winner of a finished tune."""
+    report = RunReport.model_validate_json((run_dir / "report.json").read_text())
+    if not report.baseline_id or not report.winner_id or report.winner_id == report.baseline_id:
+        raise SystemExit(f"{run_dir}: the tune has no winner other than its baseline to compare")
+    return Path(report.model.path), report.candidate(report.baseline_id), report.candidate(report.winner_id)
+
+
+def server_ms(sample: WindowSample) -> float:
+    s = sample.result.server
+    return float("nan") if s is None else s.queue_ms + s.compute_input_ms + s.compute_infer_ms + s.compute_output_ms
+
+
+def measure_pair(model_path: Path, baseline: Candidate, winner: Candidate, rounds: int, window_s: float,
+                 min_requests: int, clients: list[LoadClient]) -> dict[str, dict[str, list[WindowSample]]]:
+    info = inspect_model(model_path)
+    shapes = resolve_shapes(info, {})
+    rng = np.random.default_rng(0)
+    requests = [{name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+                for _ in range(8)]
+    out: dict[str, dict[str, list[WindowSample]]] = {c.name: {"baseline": [], "winner": []} for c in clients}
+    load = LoadProfile(concurrency=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+            names = {}
+            for role, cand in (("baseline", baseline), ("winner", winner)):
+                assert cand.artifact is not None
+                backend = cand.deploy.backend if cand.deploy is not None else "python"
+                deploy = write_model(root / "repo", f"agree_{role}", info, shapes, cand.artifact, cand.serving,
+                                     backend)
+                server.load(root / "repo" / deploy.model_name)
+                names[role] = deploy.model_name
+                for client in clients:  # warm-up, discarded
+                    client.window(server.grpc_url, deploy.model_name, requests, load, 0.5, 5)
+            for r in range(rounds):
+                order = clients if r % 2 == 0 else clients[::-1]
+                roles = ["baseline", "winner"] if (r // 2) % 2 == 0 else ["winner", "baseline"]
+                for client in order:
+                    for role in roles:
+                        sample = client.window(server.grpc_url, names[role], requests, load, window_s, min_requests,
+                                               metrics_url=server.metrics_url, seed=r, payload_start=r * 131)
+                        out[client.name][role].append(sample)
+                        print(f"  round {r + 1} {client.name:13s} {role:8s} p50 {sample.result.p50_ms:7.3f} ms  "
+                              f"server {server_ms(sample):7.3f} ms  requests {sample.result.requests}", flush=True)
+    return out
+
+
+def report(label: str, results: dict[str, dict[str, list[WindowSample]]]) -> None:
+    print(f"\n== {label}")
+    ratios: dict[str, dict[str, float]] = {}
+    p50s: dict[str, dict[str, float]] = {}
+    for client, by_role in results.items():
+        base = [s.latencies_ms for s in by_role["baseline"]]
+        win = [s.latencies_ms for s in by_role["winner"]]
+        ratios[client] = {}
+        for stat in ("p50", "p99"):
+            iv = window_ratio_interval(base, win, stat, 0.95, 1000)  # type: ignore[arg-type]
+            ratios[client][stat] = iv.value
+            print(f"{client:13s} baseline/winner {stat} ratio {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
+                  f"({sum(b.size for b in base)} + {sum(w.size for w in win)} requests)")
+        p50s[client] = {}
+        for role, samples in by_role.items():
+            pooled = np.concatenate([s.latencies_ms for s in samples])
+            # Triton reports a mean per request (cumulative durations / count), so the overhead compares
+            # means: client mean - server mean is what the client and the network add per request.
+            counts = np.array([s.latencies_ms.size for s in samples], dtype=float)
+            served = float(np.average([server_ms(s) for s in samples], weights=counts))
+            p50s[client][role] = float(np.percentile(pooled, 50))
+            mean = float(pooled.mean())
+            print(f"{client:13s} {role:8s} client p50 {p50s[client][role]:7.3f} ms, mean {mean:7.3f} ms; "
+                  f"server-side mean {served:7.3f} ms -> client overhead {mean - served:6.3f} ms per request "
+                  f"({100 * (mean / served - 1):.1f}% of the server's time)")
+    if "builtin" in ratios and "perf_analyzer" in ratios:
+        for stat in ("p50", "p99"):
+            agree = ratios["builtin"][stat] / ratios["perf_analyzer"][stat]
+            print(f"gain agreement ({stat}): builtin / perf_analyzer = {agree:.3f} "
+                  f"({'within' if abs(agree - 1) <= 0.05 else 'OUTSIDE'} 5%)")
+        for role in ("baseline", "winner"):
+            rel = p50s["builtin"][role] / p50s["perf_analyzer"][role]
+            print(f"client p50 ({role}): builtin / perf_analyzer = {rel:.3f} "
+                  f"({'within' if abs(rel - 1) <= 0.05 else 'OUTSIDE'} 5%)")
+
+
+def tunes(model: Path, spec: Path, count: int, root: Path) -> Path | None:
+    """Run ``count`` tunes of ``model``; print each one's selection estimate against its re-measured gain;
+    return the last run directory whose winner is not the baseline."""
+    last = None
+    rows: list[float | None] = []
+    for k in range(count):
+        out = root / f"tune_{k + 1}"
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec),
+                               "--no-promote", "--repository", str(root / "repo"), "--out", str(out)],
+                              capture_output=True, text=True, check=False)
+        took = time.monotonic() - started
+        if not (out / "report.json").is_file():
+            print(f"  tune {k + 1}: failed (exit {done.returncode}): {done.stderr.strip()[-300:]}", flush=True)
+            continue
+        report = RunReport.model_validate_json((out / "report.json").read_text())
+        gain = report.gain
+        if gain is None or gain.selection_estimate_ratio is None:
+            print(f"  tune {k + 1}: {took:.0f} s; winner {report.winner_id} (no re-measured gain: the baseline won)")
+            rows.append(None)
+            continue
+        off = gain.selection_estimate_ratio / gain.ratio.value - 1.0
+        rows.append(off)
+        last = out
+        print(f"  tune {k + 1}: {took:.0f} s; selected {report.selected_id}; selection estimate "
+              f"{gain.selection_estimate_ratio:.3f}, re-measured {gain.metric} gain {gain.ratio.value:.3f} "
+              f"[{gain.ratio.low:.3f}, {gain.ratio.high:.3f}]: estimate / gain - 1 = {100 * off:+.1f}%", flush=True)
+    met = sum(1 for r in rows if r is not None and abs(r) <= 0.05)
+    print(f"  selection estimate within 5% of the re-measured gain in {met} of {len(rows)} tunes")
+    return last
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=[*BUILDERS, "both"], default="both")
+    parser.add_argument("--run-dir", type=Path, default=None, help="compare a finished tune's baseline and winner")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--window", type=float, default=2.0, help="seconds per window")
+    parser.add_argument("--min-requests", type=int, default=100)
+    parser.add_argument("--tunes", type=int, default=0, help="first run this many tunes per model (see above)")
+    parser.add_argument("--spec", type=Path, default=Path(__file__).resolve().parents[1] / "examples" / "demo.yaml")
+    args = parser.parse_args()
+    tool = find_perf_analyzer(required=True)
+    assert tool is not None
+    print(f"{tool.version()} at {tool.binary}")
+    clients: list[LoadClient] = [BuiltinClient(), PerfAnalyzerClient(tool)]
+    start = time.monotonic()
+    if args.run_dir is not None:
+        model, baseline, winner = from_run(args.run_dir)
+        report(f"{args.run_dir}: {baseline.id} vs {winner.id}",
+               measure_pair(model, baseline, winner, args.rounds, args.window, args.min_requests, clients))
+    else:
+        for name in (BUILDERS if args.model == "both" else [args.model]):
+            with tempfile.TemporaryDirectory() as tmp:
+                path = BUILDERS[name](Path(tmp) / "model" / f"{name}.onnx")
+                baseline = ort_candidate("ort_disable_all", path, "ORT_DISABLE_ALL", "1", True)
+                winner = ort_candidate("ort_enable_all_nospin", path, "ORT_ENABLE_ALL", "0", False)
+                if args.tunes:
+                    print(f"\n{name}: {args.tunes} tunes with {args.spec}", flush=True)
+                    run_dir = tunes(path, args.spec, args.tunes, Path(tmp))
+                    if run_dir is not None:
+                        _, baseline, winner = from_run(run_dir)
+                print(f"\n{name}: {baseline.id} (baseline) vs {winner.id}, {args.rounds} rounds of "
+                      f"{args.window} s windows per client and candidate", flush=True)
+                report(name, measure_pair(path, baseline, winner, args.rounds, args.window, args.min_requests,
+                                          clients))
+    print(f"\ntotal {time.monotonic() - start:.0f} s; record: " + json.dumps({"rounds": args.rounds, "window_s": args.window}))
+
+
+if __name__ == "__main__":
+    main()
