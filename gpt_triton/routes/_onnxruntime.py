@@ -18,6 +18,7 @@ from typing import Any
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._common import copy_file, full_knobs, iter_calibration, make_artifact, source_model
+from gpt_triton.routes._precision_groups import group_nodes, layer_groups, name_unnamed_nodes
 
 _LEVELS = {
     "disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL",
@@ -31,10 +32,11 @@ class OnnxRuntimeFamily(RouteFamily):
     name = "onnxruntime"
     kind = "compiler"
     runtime = "onnxruntime"
-    file_knobs = ("precision", "fp16_op_block_list", "int8_activation_type")
+    file_knobs = ("precision", "fp16_op_block_list", "int8_activation_type", "fp32_groups")
     conditional = {
         "fp16_op_block_list": ("precision", ("fp16",)),
         "int8_activation_type": ("precision", ("int8_static",)),
+        "fp32_groups": ("precision", ("fp16", "int8_static")),
     }
 
     def availability(self) -> tuple[bool, str]:
@@ -64,6 +66,11 @@ class OnnxRuntimeFamily(RouteFamily):
                  help="for fp16: ops kept in fp32 in addition to the converter's default block list"),
             Knob(name="int8_activation_type", values=["uint8", "int8"], default="uint8",
                  help="for int8_static: activation type (uint8 = u8s8, ran 2-4x faster than s8s8 here)"),
+            # Only the empty list is offered: which groups to keep is what the precision sensitivity search
+            # (gpt_triton.precision) finds on the tuning split; a spec may also fix a list by hand.
+            Knob(name="fp32_groups", values=[[]], default=[],
+                 help="for fp16 / int8_static: layer groups (gpt_triton.routes._precision_groups) kept in fp32: "
+                      "the fp16 node block list / the int8 nodes_to_exclude"),
         ]
 
     def runtime_options(self, route: Route, model: ModelInfo) -> dict[str, Any]:
@@ -90,19 +97,21 @@ class OnnxRuntimeFamily(RouteFamily):
         if precision == "fp32":
             copy_file(source_model(context), target)
         elif precision == "fp16":
-            notes += _convert_fp16(source_model(context), target, list(k["fp16_op_block_list"]))
+            notes += _convert_fp16(source_model(context), target, list(k["fp16_op_block_list"]), list(k["fp32_groups"]))
         elif precision == "int8_dynamic":
             notes += _quantize(context, target, out_dir, static=False, activation="uint8")
         elif precision == "int8_static":
-            notes += _quantize(context, target, out_dir, static=True, activation=str(k["int8_activation_type"]))
+            notes += _quantize(context, target, out_dir, static=True, activation=str(k["int8_activation_type"]),
+                               fp32_groups=list(k["fp32_groups"]))
         else:
             raise ValueError(f"unknown precision {precision!r}")
         return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], self.runtime_options(route, context.model), notes)
 
 
-def float16_model(src: Path, block: Sequence[str] = ()) -> tuple[Any, int]:
-    """``src`` with float32 tensors turned float16, its I/O kept float32 and the op types in ``block`` (beyond
-    onnxconverter-common's default block list) kept in float32; Cast type mismatches repaired.
+def float16_model(src: Path, block: Sequence[str] = (), fp32_groups: Sequence[str] = ()) -> tuple[Any, int]:
+    """``src`` with float32 tensors turned float16, its I/O kept float32, the op types in ``block`` (beyond
+    onnxconverter-common's default block list) and the nodes of the layer groups ``fp32_groups`` kept in
+    float32; Cast type mismatches repaired.
     Returns (model, repairs). Shared by ONNX Runtime's fp16 route and TensorRT 11's strongly typed fp16."""
     import onnx
     from onnxconverter_common import float16
@@ -110,23 +119,20 @@ def float16_model(src: Path, block: Sequence[str] = ()) -> tuple[Any, int]:
     model = onnx.load(str(src))
     # The converter names the Casts it puts around blocked nodes after the node's name; unnamed nodes
     # (common in exported graphs) then get duplicate Cast names and outputs, which ORT rejects.
-    used = {node.name for node in model.graph.node if node.name}
-    for index, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{index}"
-            while name in used:
-                name += "_"
-            node.name = name
-            used.add(name)
+    name_unnamed_nodes(model)
+    node_block = group_nodes(layer_groups(model), fp32_groups) if fp32_groups else []
     op_block = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(block))
-    converted = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=op_block)
+    converted = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=op_block,
+                                                 node_block_list=node_block or None)
     return converted, repair_fp16_casts(converted)
 
 
-def _convert_fp16(src: Path, dst: Path, block: list[str]) -> list[str]:
-    converted, repaired = float16_model(src, block)
+def _convert_fp16(src: Path, dst: Path, block: list[str], fp32_groups: list[str] | None = None) -> list[str]:
+    converted, repaired = float16_model(src, block, fp32_groups or [])
     _save(converted, dst)
     notes = [f"fp16: kept {', '.join(block)} in fp32"] if block else []
+    if fp32_groups:
+        notes.append(f"fp16: kept layer group(s) {', '.join(fp32_groups)} in fp32")
     if repaired:
         notes.append(f"fp16: repaired {repaired} Cast type mismatch(es)")
     return notes
@@ -220,7 +226,22 @@ def _preprocess(src: Path, dst: Path) -> list[str]:
     return [f"int8: pre-processing skipped ({last.splitlines()[0][:160]})"]
 
 
-def _quantize(context: BuildContext, target: Path, out_dir: Path, *, static: bool, activation: str) -> list[str]:
+def _surviving_names(model_path: Path, names: Sequence[str]) -> list[str]:
+    """The nodes of the pre-processed model that stand for ``names``: the same name, or a node ORT's fusions
+    made from it (``<first fused node>/MatMulAddFusion``), since pre-processing fuses MatMul+Add into Gemm."""
+    import onnx
+
+    wanted = set(names)
+    out = []
+    for node in onnx.load(str(model_path), load_external_data=False).graph.node:
+        fused = node.name.split("/")[-1].endswith("Fusion") and node.name.rsplit("/", 1)[0] in wanted
+        if node.name in wanted or fused:
+            out.append(node.name)
+    return out
+
+
+def _quantize(context: BuildContext, target: Path, out_dir: Path, *, static: bool, activation: str,
+              fp32_groups: Sequence[str] = ()) -> list[str]:
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -235,6 +256,14 @@ def _quantize(context: BuildContext, target: Path, out_dir: Path, *, static: boo
     src = source_model(context)
     notes: list[str] = []
     model = onnx.load(str(src))
+    exclude: list[str] = []
+    if fp32_groups:
+        # Groups are cut on the source graph; unnamed nodes get the names the grouping gives them, and the
+        # named copy is what gets quantised, so the exclusion list names real nodes.
+        if name_unnamed_nodes(model):
+            src = work / "named.onnx"
+            _save(model, src)
+        exclude = group_nodes(layer_groups(model), fp32_groups)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < 13:  # quantisation needs per-axis QDQ, which needs opset 13 (ANCHORS.md)
         model = onnx.version_converter.convert_version(model, 13)
@@ -243,6 +272,8 @@ def _quantize(context: BuildContext, target: Path, out_dir: Path, *, static: boo
         notes.append(f"int8: converted opset {opset} -> 13")
     pre = work / "pre.onnx"
     notes += _preprocess(src, pre)
+    if exclude:
+        exclude = _surviving_names(pre, exclude)
     tmp = target.with_name(target.name + ".part")
     if static:
         feeds = list(iter_calibration(context))
@@ -256,8 +287,11 @@ def _quantize(context: BuildContext, target: Path, out_dir: Path, *, static: boo
 
         act = QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8
         quantize_static(str(pre), str(tmp), _Reader(), quant_format=QuantFormat.QDQ, activation_type=act,
-                        weight_type=QuantType.QInt8, extra_options={"ActivationSymmetric": activation == "int8"})
+                        weight_type=QuantType.QInt8, extra_options={"ActivationSymmetric": activation == "int8"},
+                        nodes_to_exclude=exclude or None)
         notes.append(f"int8 static QDQ ({'u8s8' if activation == 'uint8' else 's8s8'}), calibrated on {len(feeds)} tuning requests")
+        if fp32_groups:
+            notes.append(f"int8: kept layer group(s) {', '.join(fp32_groups)} in fp32 ({len(exclude)} nodes excluded)")
     else:
         quantize_dynamic(str(pre), str(tmp), weight_type=QuantType.QInt8)
     tmp.replace(target)

@@ -13,6 +13,7 @@ from typing import Any
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._common import full_knobs, iter_calibration, make_artifact, source_model
+from gpt_triton.routes._precision_groups import group_nodes, layer_groups, name_unnamed_nodes
 
 
 def _cpu_capabilities() -> list[str]:
@@ -29,7 +30,8 @@ class OpenVinoFamily(RouteFamily):
     kind = "compiler"
     runtime = "openvino"
     # Precision, hint and streams are compile-time properties: routes differing only in them share files.
-    file_knobs = ("static_shape", "quantization")
+    file_knobs = ("static_shape", "quantization", "fp32_groups")
+    conditional = {"fp32_groups": ("quantization", ("int8",))}
 
     def __init__(self) -> None:
         self._caps: list[str] | None = None
@@ -64,6 +66,11 @@ class OpenVinoFamily(RouteFamily):
                  help="reshape the IR to the tuned request shapes (batch included); the engine then accepts only those"),
             Knob(name="quantization", values=["none", "int8"], default="none",
                  help="NNCF post-training int8, calibrated on the tuning split"),
+            # Only the empty list is offered: the precision sensitivity search (gpt_triton.precision) finds
+            # which groups to keep on the tuning split. (f16/bf16 inference precision is left whole-graph:
+            # this CPU runs both as f32, see docs/accuracy.md.)
+            Knob(name="fp32_groups", values=[[]], default=[],
+                 help="for int8: layer groups (gpt_triton.routes._precision_groups) NNCF leaves in fp32 (ignored_scope)"),
         ]
 
     def runtime_options(self, route: Route, model: ModelInfo) -> dict[str, Any]:
@@ -83,7 +90,21 @@ class OpenVinoFamily(RouteFamily):
         k = full_knobs(self, route, context.model)
         out_dir.mkdir(parents=True, exist_ok=True)
         notes: list[str] = []
-        model = ov.Core().read_model(str(source_model(context)))
+        source = source_model(context)
+        named_copy: Path | None = None
+        ignored: list[str] = []
+        if k["quantization"] == "int8" and k["fp32_groups"]:
+            import onnx
+
+            onnx_model = onnx.load(str(source))
+            if name_unnamed_nodes(onnx_model):
+                # OpenVINO names an op after its ONNX node: read a copy whose nodes carry the groups' names.
+                source = named_copy = out_dir / "_named.onnx"
+                onnx.save(onnx_model, str(source))
+            ignored = group_nodes(layer_groups(onnx_model), list(k["fp32_groups"]))
+        model = ov.Core().read_model(str(source))
+        if named_copy is not None:
+            named_copy.unlink()
         if k["static_shape"]:
             model.reshape({name: ov.PartialShape(shape) for name, shape in context.shapes.items()})
             notes.append("static shape " + ", ".join(f"{n}={'x'.join(map(str, s))}" for n, s in context.shapes.items()))
@@ -91,8 +112,13 @@ class OpenVinoFamily(RouteFamily):
             import nncf
 
             feeds = list(iter_calibration(context))
-            model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
+            # validate=False: an ONNX node OpenVINO fused away has no op to ignore, which is not an error.
+            scope = nncf.IgnoredScope(names=ignored, validate=False) if ignored else None
+            model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds), ignored_scope=scope)
             notes.append(f"NNCF int8, calibrated on {len(feeds)} tuning requests")
+            if ignored:
+                notes.append(f"int8: kept layer group(s) {', '.join(k['fp32_groups'])} in fp32 "
+                             f"(NNCF ignored_scope of {len(ignored)} ops)")
         # compress_to_fp16=False: ov.save_model rounds weights to fp16 by default, which would make the
         # "f32" route inexact; precision is chosen at compile time instead.
         tmp = out_dir / "model.part.xml"

@@ -29,6 +29,7 @@ import gpt_triton.routes._tensorrt_build as steps
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.routes._base import Artifact, BuildContext, Knob, Route, RouteFamily
 from gpt_triton.routes._common import full_knobs, make_artifact, source_model
+from gpt_triton.routes._precision_groups import group_nodes, load_groups
 from gpt_triton.routes._tensorrt_cache import attach, cache_path, save
 from gpt_triton.routes._tensorrt_knobs import (
     STRONGLY_TYPED_SINCE,
@@ -97,6 +98,7 @@ class TensorRtFamily(RouteFamily):
     runtime = "tensorrt"
     batch_in_build = True
     device = "gpu"
+    conditional = {"fp32_groups": ("precision", ("fp16", "bf16"))}
 
     def __init__(self, tensorrt: Callable[[], Any] | None = None, gpu: Callable[[], Gpu | None] | None = None) -> None:
         """``tensorrt`` returns the tensorrt module (default: import it); ``gpu`` probes the GPU (default:
@@ -178,8 +180,10 @@ class TensorRtFamily(RouteFamily):
         source = source_model(context)
         work = out_dir / "_network"
         strongly = version >= STRONGLY_TYPED_SINCE
+        groups = [str(g) for g in k.get("fp32_groups") or []] if k["precision"] in ("fp16", "bf16") else []
+        parsed_from = source
         if strongly and k["precision"] == "fp16":
-            notes += steps.convert_fp16(source, work / "fp16.onnx")
+            notes += steps.convert_fp16(source, work / "fp16.onnx", groups)
             source = work / "fp16.onnx"
         network = builder.create_network(steps.creation_flags(trt, version))
         parser = trt.OnnxParser(network, logger)
@@ -188,6 +192,10 @@ class TensorRtFamily(RouteFamily):
             raise RuntimeError(f"TensorRT {trt.__version__} could not parse {source.name}: {problems or steps.said(errors)}")
         config = builder.create_builder_config()
         steps.apply_precision(trt, config, str(k["precision"]), version)
+        if groups and not strongly:
+            layer_groups = load_groups(parsed_from)
+            notes += steps.keep_fp32(trt, network, config, [n for g in layer_groups for n in g.nodes],
+                                     group_nodes(layer_groups, groups), errors)
         steps.apply_classic(trt, config, k, errors)
         build_route = self._apply_route(trt, config, k, version, errors)
         inputs = [str(network.get_input(i).name) for i in range(network.num_inputs)]

@@ -10,6 +10,7 @@ reason sent to the logger, so every step checks and raises with what TensorRT lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +45,62 @@ def said(errors: list[str]) -> str:
     return "; ".join(errors[-3:]) if errors else "TensorRT logged no error"
 
 
-def convert_fp16(src: Path, dst: Path) -> list[str]:
+def convert_fp16(src: Path, dst: Path, fp32_groups: Sequence[str] = ()) -> list[str]:
     """The model with float32 tensors turned float16 and its I/O kept float32: how a strongly typed network
     (TensorRT 11) gets reduced precision. onnxconverter-common, then the Cast repair ONNX Runtime's fp16 route
-    needs too (mixed fp16/fp32 inputs to one node are refused by a strongly typed network as well)."""
+    needs too (mixed fp16/fp32 inputs to one node are refused by a strongly typed network as well). The nodes
+    of the layer groups ``fp32_groups`` keep float32 types, which a strongly typed network then obeys."""
     import onnx
 
     from gpt_triton.routes._onnxruntime import float16_model
 
-    converted, repaired = float16_model(src)
+    converted, repaired = float16_model(src, (), fp32_groups)
     dst.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(converted, str(dst))
     notes = ["fp16: network converted to float16 (I/O kept float32), built strongly typed"]
+    if fp32_groups:
+        notes.append(f"fp16: layer group(s) {', '.join(fp32_groups)} keep float32 types")
     return notes + ([f"fp16: repaired {repaired} Cast type mismatch(es)"] if repaired else [])
+
+
+def _owner(layer_name: str, nodes: Sequence[str]) -> str | None:
+    """The ONNX node a parsed layer comes from: the node of the same name, else the longest node name the layer's
+    name extends (the parser names a node's extra layers ``<node>_<n>`` or ``<node>/...``)."""
+    best = None
+    for node in nodes:
+        if layer_name == node:
+            return node
+        if layer_name.startswith(node) and layer_name[len(node)] in "_/." and (best is None or len(node) > len(best)):
+            best = node
+    return best
+
+
+def keep_fp32(trt: Any, network: Any, config: Any, all_nodes: Sequence[str], kept_nodes: Sequence[str],
+              errors: list[str]) -> list[str]:
+    """TensorRT 10.x, weakly typed: the layers parsed from ``kept_nodes`` run in fp32 (``layer.precision`` and
+    their float outputs' ``set_output_type``), and ``OBEY_PRECISION_CONSTRAINTS`` makes the builder honour them
+    (``PREFER`` would let it fall back to fp16 where it finds no fp32 kernel). The setters report refusals to
+    the logger only, so the log is checked."""
+    wanted = set(kept_nodes)
+    before = len(errors)
+    fp32 = trt.DataType.FLOAT
+    floats = {"FLOAT", "HALF", "BF16"}
+    layers = 0
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if _owner(str(layer.name), all_nodes) not in wanted:
+            continue
+        layer.precision = fp32
+        for out in range(layer.num_outputs):
+            if layer.get_output(out).dtype.name in floats:
+                layer.set_output_type(out, fp32)
+        layers += 1
+    if len(errors) > before:
+        raise RuntimeError(f"TensorRT refused per-layer precision: {said(errors[before:])}")
+    if not layers:
+        raise ValueError(f"no layer of the parsed network comes from the {len(wanted)} node(s) to keep in fp32")
+    config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    return [f"{layers} layer(s) kept in fp32 (layer.precision + OBEY_PRECISION_CONSTRAINTS)"]
 
 
 def creation_flags(trt: Any, version: Version) -> int:

@@ -59,6 +59,14 @@ def precision_knob(version: Version) -> Knob:
                 help="builder precision flags: tf32 is TensorRT's default; fp32 clears TF32; fp16/bf16 set FP16/BF16")
 
 
+def fp32_groups_knob() -> Knob:
+    """Layer groups kept in fp32 under fp16/bf16. Only the empty list is offered: the precision sensitivity
+    search (gpt_triton.precision) names the groups, or a spec fixes them."""
+    return Knob(name="fp32_groups", values=[[]], default=[],
+                help="for fp16/bf16: layer groups (gpt_triton.routes._precision_groups) kept in fp32: 10.x sets "
+                     "layer.precision / output types + OBEY_PRECISION_CONSTRAINTS; 11.x keeps their ONNX types fp32")
+
+
 def classic_knobs(version: Version) -> list[Knob]:
     """The builder settings swept where the 11.1 tuner is absent (10.x, 11.0, 11.1+ without the tuner)."""
     knobs = [
@@ -73,7 +81,7 @@ def classic_knobs(version: Version) -> list[Knob]:
     if version >= TILING_SINCE:
         knobs.insert(2, Knob(name="tiling_optimization_level", values=list(TILING_LEVELS), default="none",
                              help="IBuilderConfig.tiling_optimization_level (TensorRT 10.8+): L2-cache tiling search"))
-    return knobs
+    return [*knobs, fp32_groups_knob()]
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,8 @@ class TunerOption:
                     help=f"TensorRT tuner knob {self.option}: {self.help}".rstrip(": "))
 
 
-def tuner_options(all_build_routes: str, reserved: frozenset[str] = frozenset({"precision"})) -> list[TunerOption]:
+def tuner_options(all_build_routes: str,
+                  reserved: frozenset[str] = frozenset({"precision", "fp32_groups"})) -> list[TunerOption]:
     """Parse ``IBuilderConfig.all_build_routes`` (empty for a builder without the tuner).
 
     ``allowed_values`` is ONE string, ``"-conv_use_long_w=[on|off]"``: the values are what the brackets hold,
@@ -130,7 +139,7 @@ def route_string(knobs: dict[str, Any], options: list[TunerOption]) -> str:
 def knobs_for(version: Version, options: list[TunerOption]) -> list[Knob]:
     """What a builder of ``version`` sweeps, given the tuner's options (empty below 11.1 or without the tuner)."""
     if version >= TUNER_SINCE and options:
-        return [precision_knob(version), *(o.knob() for o in options)]
+        return [precision_knob(version), fp32_groups_knob(), *(o.knob() for o in options)]
     return classic_knobs(version)
 
 
@@ -140,5 +149,6 @@ def catalog() -> dict[str, list[Knob]]:
         "TensorRT 10.0-10.7": classic_knobs((10, 0)),
         "TensorRT 10.8-10.x": classic_knobs(TILING_SINCE),
         "TensorRT 11.0 (and 11.1+ without the tuner)": classic_knobs(STRONGLY_TYPED_SINCE),
-        "TensorRT 11.1+: precision and every knob IBuilderConfig.all_build_routes lists": [precision_knob(TUNER_SINCE)],
+        "TensorRT 11.1+: precision and every knob IBuilderConfig.all_build_routes lists": [
+            precision_knob(TUNER_SINCE), fp32_groups_knob()],
     }

@@ -45,7 +45,8 @@ def test_unavailable_tensorrt_shows_what_each_version_would_sweep(
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["families"]}
     by_version = rows["tensorrt"]["knobs_by_version"]
     assert [k["name"] for k in by_version["TensorRT 10.8-10.x"]] == [
-        "precision", "builder_optimization_level", "tiling_optimization_level", "max_aux_streams", "tactic_sources"]
+        "precision", "builder_optimization_level", "tiling_optimization_level", "max_aux_streams", "tactic_sources",
+        "fp32_groups"]
     assert rows["onnxruntime"]["knobs_by_version"] == {}
 
 

@@ -243,11 +243,12 @@ def test_saving_waits_for_the_lock(mlp: ModelInfo, tmp_path: Path) -> None:
 # -- 5 and 6: knobs follow the TensorRT present, and are known without it ----------------------------------
 def test_knobs_follow_the_installed_version(mlp: ModelInfo) -> None:
     names = {v: [k.name for k in fake_family(v).knobs(mlp)] for v in ("10.5", "10.8", "11.0", "11.1")}
-    assert names["10.5"] == ["precision", "builder_optimization_level", "max_aux_streams", "tactic_sources"]
+    assert names["10.5"] == ["precision", "builder_optimization_level", "max_aux_streams", "tactic_sources",
+                             "fp32_groups"]
     assert names["10.8"] == ["precision", "builder_optimization_level", "tiling_optimization_level",
-                             "max_aux_streams", "tactic_sources"]
+                             "max_aux_streams", "tactic_sources", "fp32_groups"]
     assert names["11.0"] == names["10.8"]
-    assert names["11.1"] == ["precision", "conv_use_long_w", "kgen:codegen:cuda_tile"]
+    assert names["11.1"] == ["precision", "fp32_groups", "conv_use_long_w", "kgen:codegen:cuda_tile"]
     assert [k.name for k in fake_family("11.1", tuner=False).knobs(mlp)] == names["11.0"]
     precision = {v: next(k for k in fake_family(v).knobs(mlp) if k.name == "precision").values for v in ("10.13", "11.0")}
     assert "bf16" in precision["10.13"] and "bf16" not in precision["11.0"]
