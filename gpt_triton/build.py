@@ -16,15 +16,24 @@ the same reason: compilers crash). Work is shared:
 
 Each build writes into a temporary directory that is renamed into place only when complete.
 Run as ``python -m gpt_triton.build JOB.json`` in the child.
+
+A child never outlives the tuner: it asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``)
+and then removes its temp directory and job files and kills its process group (compilers' workers too); its
+own alarm ends it shortly after ``build_timeout_s`` even if the parent is stopped and cannot enforce the
+timeout. Files a killed child still left (``.tmp-*`` of a dead process) are removed by the next build in the
+same run directory. The child gets no signing key: only promotion signs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import importlib
 import json
+import math
 import os
+import re
 import resource
 import shutil
 import signal
@@ -50,6 +59,14 @@ from gpt_triton.routes._common import files_sha256, full_knobs
 from gpt_triton.tuning_cache import TuningCache
 
 _POLL_S = 0.05  # how often the parent checks a child; builds take seconds to minutes
+# The signing key's environment (gpt_triton.promote.signing.KEY_ENV / KEY_FILE_ENV; build may not import
+# promote): a build child runs compilers and user plugins and has no use for it.
+SECRET_ENV = ("GPT_TRITON_SIGNING_KEY", "GPT_TRITON_SIGNING_KEY_FILE")
+# The child's own alarm fires this long after the parent's deadline: the parent normally acts first.
+_CHILD_TIMEOUT_GRACE_S = 30
+_PR_SET_PDEATHSIG = 1
+# Names of a build's temp directory and job files: .tmp-<out>-<pid>[.job.json|.result.json[.part]].
+_TEMP_NAME = re.compile(r"^\.tmp-.+-(\d+)(\.job\.json|\.result\.json(\.part)?)?$")
 _REUSABLE = {"built", "deployed", "measured", "infeasible", "failed"}
 
 
@@ -100,9 +117,10 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
     job.write_text(json.dumps({
         "family": _class_path(family), "route": route.model_dump(), "context": context.model_dump(),
         "out_dir": str(tmp), "result": str(result), "memory_mb": spec.build_memory_mb,
-        "limit_address_space": family.device == "cpu",
+        "limit_address_space": family.device == "cpu", "parent_pid": os.getpid(),
+        "timeout_s": spec.build_timeout_s + _CHILD_TIMEOUT_GRACE_S,
     }))
-    env = dict(os.environ)
+    env = {name: value for name, value in os.environ.items() if name not in SECRET_ENV}
     # The child must import what the parent could (a test's family, an editable checkout).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -136,6 +154,8 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
             os.wait4(proc.pid, 0)
             proc.returncode = -signal.SIGKILL
             shutil.rmtree(tmp, ignore_errors=True)
+            for leftover in (job, result, result.with_name(result.name + ".part")):
+                leftover.unlink(missing_ok=True)
             raise
         proc.returncode = os.waitstatus_to_exitcode(status)
         _kill_group(proc.pid)  # grandchildren a compiler may have left behind
@@ -157,6 +177,24 @@ def run_isolated(family: RouteFamily, route: Route, context: BuildContext, out_d
         shutil.rmtree(tmp, ignore_errors=True)
         job.unlink(missing_ok=True)
         result.unlink(missing_ok=True)
+        result.with_name(result.name + ".part").unlink(missing_ok=True)
+
+
+def remove_stale_temp(directory: Path) -> list[str]:
+    """Remove build temp directories and job files whose process is gone (a tuner killed mid-build)."""
+    removed: list[str] = []
+    if not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        match = _TEMP_NAME.match(entry.name)
+        if match is None or psutil.pid_exists(int(match.group(1))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry.name)
+    return removed
 
 
 def _tree_rss(pid: int) -> int:
@@ -203,6 +241,7 @@ def build_candidates(
     restores first, then the rest in order). Candidates are read, never changed. Never raises for a build."""
     work_dir = Path(work_dir)
     artifacts, logs = work_dir / "artifacts", work_dir / "logs"
+    remove_stale_temp(artifacts)
     if context.cache_dir is None:  # caches builds share (TensorRT's timing cache) live beside the artifacts
         context = context.model_copy(update={"cache_dir": str(artifacts)})
     todo: list[Candidate] = []
@@ -337,8 +376,35 @@ def _build_key(candidate: Candidate, family: RouteFamily, context: BuildContext,
 
 
 # -- the child ----------------------------------------------------------------------------------------
+def _die_with_parent(job: dict[str, Any], job_path: str) -> None:
+    """Make this build end when the tuner does, leaving no temp files nor processes behind.
+
+    The kernel sends SIGTERM when the parent dies (Linux); the handler removes the temp directory and job
+    files, then SIGKILLs the process group (this child and whatever a compiler started). ``alarm`` ends the
+    child if the parent, alive but stopped, cannot enforce the timeout (default action: terminate, even
+    inside native code)."""
+    parent = int(job.get("parent_pid") or 0)
+
+    def cleanup_and_die(signum: int, frame: object) -> None:
+        shutil.rmtree(job["out_dir"], ignore_errors=True)
+        for name in (job_path, job["result"], job["result"] + ".part"):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        os.killpg(0, signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, cleanup_and_die)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if parent and os.getppid() != parent:  # the tuner died before the request took effect
+        cleanup_and_die(signal.SIGTERM, None)
+    if job.get("timeout_s"):
+        signal.alarm(max(1, math.ceil(float(job["timeout_s"]))))
+
+
 def _child(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
+    _die_with_parent(job, job_path)
     if job.get("limit_address_space", True):  # GPU families: the parent watches resident memory instead
         limit = int(job["memory_mb"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from gpt_triton import __version__
-from gpt_triton.core.errors import EXIT_INTERRUPTED, GptTritonError
+from gpt_triton.core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, GptTritonError, exit_codes_help
 
 # Modules that register commands, in help order. Imported lazily so `gpt-triton --help` is fast.
 COMMAND_MODULES = [
@@ -37,7 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    _add_exit_codes(parser)
     return parser
+
+
+def _add_exit_codes(parser: argparse.ArgumentParser) -> None:
+    """Every command's --help ends with the exit-code table (scripts and the Job's podFailurePolicy use it)."""
+    parser.epilog = exit_codes_help() if not parser.epilog else f"{parser.epilog}\n\n{exit_codes_help()}"
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_exit_codes(child)
 
 
 def _terminate_on_sigterm() -> None:
@@ -65,6 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        # A file this run writes (--out, a report, a repository) that the OS refused: the user's path, so
+        # one line and bad input; our own code raising OSError past its own checks is still reported this way.
+        print(f"error: {_os_error_text(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _os_error_text(exc: OSError) -> str:
+    where = exc.filename if exc.filename is not None else ""
+    other = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return " ".join(f"cannot write or read {where}{other}: {text}; check the path and its permissions".split()) \
+        if where else " ".join(f"{type(exc).__name__}: {text}".split())
 
 
 if __name__ == "__main__":

@@ -13,32 +13,34 @@ acceptance of the chosen candidate; every earlier decision uses the tuning split
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
-from gpt_triton.accuracy.reference import (
-    HeldOut,
-    ReferenceSet,
-    load_reference,
-    save_calibration_npz,
-    split_reference,
-    synthesize_reference,
-)
+from gpt_triton.accuracy.reference import HeldOut, ReferenceSet, save_calibration_npz, split_reference
 from gpt_triton.accuracy.served import screen, served_reference
 from gpt_triton.build import build_candidates
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
+from gpt_triton.core.naming import named
 from gpt_triton.core.objective import measured_value
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import BuildContext
-from gpt_triton.metrics.pushgateway import push_run_metrics
+from gpt_triton.metrics.pushgateway import push_best_effort
+from gpt_triton.precision import PrecisionSearch
+from gpt_triton.preflight import prepare as preflight
 from gpt_triton.promote.candidate import promote_candidate
 from gpt_triton.promote.signing import load_signing_key
-from gpt_triton.run import Progress, Run, TuneOptions, check_repository_writable
+from gpt_triton.run import Progress, Run, TuneOptions
 from gpt_triton.search import CandidateSearch
 from gpt_triton.server import TritonServer
 from gpt_triton.serving import deployed, measurer, open_server, unusable_families
-from gpt_triton.steps import accept_on_heldout, isolated_estimates, remeasure, repeat_check, selection
+from gpt_triton.steps import (
+    accept_on_heldout,
+    finalists,
+    isolated_estimates,
+    remeasure,
+    repeat_check,
+    selection,
+)
 from gpt_triton.tuning_cache import TuningCache
 
 __all__ = ["Progress", "TuneOptions", "tune"]
@@ -50,12 +52,7 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> RunReport:
     info = inspect_model(options.model)
     shapes = resolve_shapes(info, options.shapes)
     repository = Path(options.repository or spec.promotion.repository)
-    if options.promote:
-        check_repository_writable(repository)
-    if options.reference is not None:
-        ref = load_reference(options.reference, info, shapes)
-    else:
-        ref = synthesize_reference(info, shapes, spec.accuracy.synthetic_requests, spec.accuracy.split_seed)
+    ref = preflight(options, info, shapes, repository)  # every check before the first build
     signing_key = load_signing_key(options.signing_key_file) if options.promote else None
 
     run = Run(options, info, shapes, progress or Progress())
@@ -68,9 +65,8 @@ def tune(options: TuneOptions, progress: Progress | None = None) -> RunReport:
         raise
     finally:
         run.save()
-        if options.pushgateway:
-            with contextlib.suppress(GptTritonError) if run.report.status == "failed" else contextlib.nullcontext():
-                push_run_metrics(options.pushgateway, run.report, failed=run.report.status == "failed")
+        if options.pushgateway:  # best effort: a promoted model stays promoted (exit 0) if the push fails
+            push_best_effort(options.pushgateway, run.report, failed=run.report.status == "failed")
     return run.report
 
 
@@ -97,7 +93,10 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
     cache = TuningCache.open(run.run_dir / "tuning_cache.jsonl", run.info, spec, resume=run.options.resume)
     with cache, open_server(run, "search") as server:
         report.triton_version = server.version()
-        search = CandidateSearch(spec, run.info, unavailable=unusable_families(spec, server))
+        # The route search's plan, then (spec.precision) the mixed-precision routes found on the tuning split.
+        search = PrecisionSearch(CandidateSearch(spec, run.info, unavailable=unusable_families(spec, server),
+                                                 baseline=run.options.baseline),
+                                 spec, context, lambda: run.tuning, run.started, run.run_dir / "precision")
         while not run.over_budget(reserve_s=60.0):
             batch = search.ask()
             if not batch:
@@ -106,7 +105,7 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
             with run.progress.bar(f"building {len(batch)} candidates", len(batch)) as advance:
                 def built(candidate: Candidate, _: object) -> None:
                     cache.record(candidate)
-                    advance(f"{candidate.id} {candidate.status}")
+                    advance(f"{named(candidate)} {candidate.status}")
 
                 run.apply(batch, build_candidates(batch, context, run.run_dir / "artifacts", spec.search, cache=cache),
                           after=built)
@@ -165,6 +164,7 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
     chosen_by_selection = selection(run, measured)
     for line in chosen_by_selection.log:
         run.decide(f"select (tuning split): {line}")
+    chosen_by_selection = finalists(run, measured, chosen_by_selection)  # the contenders judged again, together
     report.selected_id = chosen_by_selection.winner_id
     winner = report.candidate(chosen_by_selection.winner_id) if chosen_by_selection.winner_id else baseline
     run.save()
@@ -174,7 +174,8 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
     chosen = baseline
     if winner.id != baseline.id:
         runner_up_id = chosen_by_selection.runner_up_id
-        report.gain = remeasure(run, winner, baseline, report.candidate(runner_up_id) if runner_up_id else None)
+        report.gain = remeasure(run, winner, baseline, report.candidate(runner_up_id) if runner_up_id else None,
+                                chosen_by_selection.estimate_ratio)
         if report.gain is not None and (report.gain.significant or not spec.promotion.require_gain):
             chosen = winner
         else:
@@ -201,5 +202,5 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
         name = spec.promotion.model_name or run.info.name
         promoted = promote_candidate(repository, name, report, accepted, spec.promotion.keep_versions, signing_key)
         report.promoted_version, report.promoted_path = promoted.version, str(promoted.path)
-        run.decide(f"promoted {accepted.id} as {name} version {promoted.version} into {repository}"
+        run.decide(f"promoted {named(accepted)} as {name} version {promoted.version} into {repository}"
                    + ("" if promoted.signed else ", UNSIGNED: no signing key was set, nothing proves it untampered"))

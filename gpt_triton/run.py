@@ -15,19 +15,25 @@ from gpt_triton import __version__
 from gpt_triton.accuracy.reference import ReferenceSet
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.naming import named
 from gpt_triton.core.outcomes import StageOutcome, apply_outcomes
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.environment import machine
+from gpt_triton.routes.baseline import BaselineRoute
 
 Log = Callable[[str], None]
 Advance = Callable[[str], None]  # one step done; the text says what
 
 
 class Progress:
-    """How the pipeline tells a person what it is doing: log lines and step counters.
+    """How the pipeline tells a person (or a log pipeline) what it is doing: log lines and step counters.
 
-    This plain version only logs; the CLI passes a rich one with progress bars.
+    ``log(text)`` is one decision or event; ``bar(description, total)`` opens a step counter for a stage
+    (``total`` None when the number of steps is not known in advance, e.g. measurement windows) and yields
+    ``advance(text)``, called once per step done. The description's first word names the stage
+    (:func:`stage_of`). This plain version only logs; the CLI passes one per output: rich bars on a terminal,
+    rate-bounded full-width lines in a Job's log, JSON lines for log pipelines (``gpt_triton.pipeline_cli``).
     """
 
     def __init__(self, log: Log = print) -> None:
@@ -36,6 +42,16 @@ class Progress:
     @contextlib.contextmanager
     def bar(self, description: str, total: int | None) -> Iterator[Advance]:
         yield lambda text: None
+
+
+_STAGES = {"building": "build", "deploying": "deploy", "measuring": "measure", "re-measuring": "remeasure",
+           "screening": "screen", "repeat": "repeat-check"}
+
+
+def stage_of(description: str) -> str:
+    """The stage a progress bar's description names: ``"building 3 candidates"`` -> ``"build"``."""
+    first = description.split(" ", 1)[0].rstrip(":")
+    return _STAGES.get(first, first)
 
 
 @dataclass
@@ -52,6 +68,8 @@ class TuneOptions:
     promote: bool = True
     pushgateway: str | None = None
     signing_key_file: str | None = None
+    # tune --model-repository: what production serves, planned as the baseline (gpt_triton.existing)
+    baseline: BaselineRoute | None = None
 
 
 # What the decision log says when a stage disqualifies a candidate.
@@ -67,9 +85,29 @@ def _now() -> str:
 
 
 def write_json_atomic(path: Path, text: str) -> None:
+    """Write by temp file + rename; a refused write (read-only, full disk, a file in the way) is one line."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise GptTritonError(f"cannot write {path}: {exc.strerror or exc}; check --out and its permissions") from exc
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run directory (and its staging repository) or say in one line why it cannot be."""
+    for directory in (run_dir, run_dir / "staging"):
+        if directory.exists() and not directory.is_dir():
+            raise GptTritonError(f"--out {run_dir}: {directory} is a file, not a directory; pass another --out")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GptTritonError(f"cannot create run directory {directory}: {exc.strerror or exc}; "
+                                 "pass a writable --out") from exc
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise GptTritonError(f"run directory {run_dir} is not writable; pass a writable --out")
 
 
 def check_repository_writable(repository: Path) -> None:
@@ -95,9 +133,8 @@ class Run:
         self.tuning: ReferenceSet = ReferenceSet(inputs=[], source="(not split yet)")  # set once split
         run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         self.run_dir = options.out or Path("runs") / f"{info.name}-{run_id}"
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        prepare_run_dir(self.run_dir)
         self.staging = self.run_dir / "staging"  # the candidates' Triton model repository
-        self.staging.mkdir(exist_ok=True)
         self.report = RunReport(
             run_id=run_id, run_dir=str(self.run_dir), tool_version=__version__, created=_now(), model=info, shapes=shapes,
             spec=self.spec, machine=machine(),
@@ -114,7 +151,7 @@ class Run:
         def each(candidate: Candidate, outcome: StageOutcome) -> None:
             line = _DECISIONS.get((outcome.stage, outcome.status))
             if line is not None:
-                self.decide(line.format(id=candidate.id, reason=outcome.reason))
+                self.decide(line.format(id=named(candidate), reason=outcome.reason))
             if after is not None:
                 after(candidate, outcome)
 

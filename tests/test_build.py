@@ -4,10 +4,13 @@ get a resident-memory watchdog instead of an address-space limit; TensorRT engin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -123,6 +126,31 @@ class GpuMemoryFamily(_TestFamily):
         raise AssertionError(f"held {len(chunks)} chunks")
 
 
+class SlowFamily(_TestFamily):
+    """Starts a worker process (as compilers do) and waits: only a kill ends it."""
+
+    name = "test_slow"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "partial.bin").write_bytes(b"half a build")
+        subprocess.Popen(["sleep", "600"])
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+
+class EnvFamily(_TestFamily):
+    """Notes which signing-key variables the build child can see."""
+
+    name = "test_env"
+
+    def build(self, route: Route, context: BuildContext, out_dir: Path) -> Artifact:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        copy_file(source_model(context), out_dir / "model.onnx")
+        seen = sorted(name for name in os.environ if name.startswith("GPT_TRITON_SIGNING"))
+        return make_artifact(self, "onnxruntime", route, out_dir, ["model.onnx"], {}, [f"env={','.join(seen)}"])
+
+
 class FakeTensorRtFamily(TensorRtFamily):
     """The production family over FakeTensorRT 10.13; a class, so the build child constructs the same one."""
 
@@ -133,7 +161,7 @@ class FakeTensorRtFamily(TensorRtFamily):
 
 TEST_FAMILIES: dict[str, RouteFamily] = {
     **FAMILIES, **{f.name: f for f in (SegfaultFamily(), AbortFamily(), HangFamily(), RaiseFamily(), MemoryFamily(), CopyFamily(),
-                                       LimitsFamily(), GpuLimitsFamily(), GpuMemoryFamily())}
+                                       LimitsFamily(), GpuLimitsFamily(), GpuMemoryFamily(), EnvFamily())}
 }
 
 
@@ -157,7 +185,8 @@ def no_temp_dirs(work: Path) -> bool:
 
 
 def test_crash_abort_hang_raise_and_memory_are_isolated(context: BuildContext, tmp_path: Path) -> None:
-    spec = SearchSpec(build_timeout_s=3, build_memory_mb=2048)
+    spec = SearchSpec(build_timeout_s=10,  # a child needs seconds just to import on a loaded 2-core machine
+                       build_memory_mb=2048)
     names = ["test_segv", "test_abort", "test_hang", "test_raise", "test_memory", "onnxruntime"]
     cands = [candidate(n, {"variant": "b"} if n == "test_raise" else None) for n in names]
     seen: list[str] = []
@@ -168,7 +197,7 @@ def test_crash_abort_hang_raise_and_memory_are_isolated(context: BuildContext, t
     by = {c.family: c for c in cands}
     assert by["test_segv"].status == "crashed" and by["test_segv"].reason == "killed by SIGSEGV"
     assert by["test_abort"].status == "crashed" and (by["test_abort"].reason or "").startswith("killed by SIGABRT")
-    assert by["test_hang"].status == "crashed" and by["test_hang"].reason == "timed out after 3 s"
+    assert by["test_hang"].status == "crashed" and by["test_hang"].reason == "timed out after 10 s"
     assert by["test_raise"].reason == "ValueError: bad knob value 'b'"
     assert "MemoryError" in (by["test_memory"].reason or "") and "2048 MB" in (by["test_memory"].reason or "")
     good = by["onnxruntime"]
@@ -283,3 +312,81 @@ def test_tensorrt_engines_are_built_for_their_serving_batch(context: BuildContex
     assert headers[default.id]["timing_cache"]["hits"] == headers[wide.id]["timing_cache"]["misses"] > 0
     caches = list((tmp_path / "artifacts" / "tensorrt-timing-cache").glob("*.cache"))
     assert [p.name for p in caches] == ["trt-10.13.3.9-sm89.cache"]
+
+
+_TUNER = """
+import sys
+from pathlib import Path
+from test_build import SlowFamily, candidate
+from gpt_triton.build import build_candidates
+from gpt_triton.core.routes import BuildContext
+from gpt_triton.core.spec import SearchSpec
+
+context = BuildContext.model_validate_json(Path(sys.argv[1]).read_text())
+print("building", flush=True)
+list(build_candidates([candidate("test_slow")], context, Path(sys.argv[2]), SearchSpec(build_timeout_s=600),
+                      families={"test_slow": SlowFamily()}))
+"""
+
+
+def test_build_children_do_not_outlive_a_killed_tuner(context: BuildContext, tmp_path: Path) -> None:
+    """SIGKILL the tuner mid-build: the build child and the worker it started end, and their temp directory
+    and job files are removed (the child hears of its parent's death through PR_SET_PDEATHSIG)."""
+    import time
+
+    (tmp_path / "context.json").write_text(context.model_dump_json())
+    work = tmp_path / "work"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *(p for p in sys.path if p)])}
+    tuner = subprocess.Popen([sys.executable, "-c", _TUNER, str(tmp_path / "context.json"), str(work)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    descendants: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and tuner.poll() is None:
+            descendants = psutil.Process(tuner.pid).children(recursive=True)
+            if any(p.name() == "sleep" for p in descendants):
+                break
+            time.sleep(0.1)  # polling a condition with a deadline, not synchronising on time
+        assert any(p.name() == "sleep" for p in descendants), tuner.stderr.read() if tuner.poll() is not None else ""
+        assert [p for p in (work / "artifacts").iterdir() if p.name.startswith(".tmp-")], "mid-build: temp files exist"
+        tuner.kill()
+        tuner.wait(timeout=30)
+        _gone, alive = psutil.wait_procs(descendants, timeout=30)
+        assert not alive, f"build processes outlived the killed tuner: {alive}"
+        assert no_temp_dirs(work), sorted(p.name for p in (work / "artifacts").iterdir())
+    finally:
+        for process in descendants:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        if tuner.poll() is None:
+            tuner.kill()
+            tuner.wait()
+
+
+def test_stale_temp_files_of_a_dead_build_are_removed(context: BuildContext, tmp_path: Path) -> None:
+    """What a build killed beyond cleaning left (a dead pid in the name) goes; a live process's stays."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / f".tmp-onnxruntime-abc-{dead.pid}").mkdir()
+    (artifacts / f".tmp-onnxruntime-abc-{dead.pid}.job.json").write_text("{}")
+    live = artifacts / f".tmp-onnxruntime-def-{os.getpid()}.job.json"
+    live.write_text("{}")
+    c = candidate("test_copy")
+    apply_outcomes([c], build_candidates([c], context, tmp_path, SearchSpec(), families=TEST_FAMILIES))
+    assert c.status == "built"
+    assert sorted(p.name for p in artifacts.iterdir() if p.name.startswith(".tmp-")) == [live.name]
+
+
+def test_build_children_get_no_signing_key(context: BuildContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpt_triton.build import SECRET_ENV
+    from gpt_triton.promote.signing import KEY_ENV, KEY_FILE_ENV
+
+    assert set(SECRET_ENV) == {KEY_ENV, KEY_FILE_ENV}
+    monkeypatch.setenv(KEY_ENV, "00" * 32)
+    monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "key"))
+    c = candidate("test_env")
+    apply_outcomes([c], build_candidates([c], context, tmp_path, SearchSpec(), families=TEST_FAMILIES))
+    assert c.status == "built" and c.artifact is not None
+    assert c.artifact.notes == ["env="], "the signing key must not reach a build child"

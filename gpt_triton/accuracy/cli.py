@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError, TransientError
 from gpt_triton.core.model_info import ModelInfo, TensorInfo
 
 
@@ -37,7 +37,7 @@ def served_model_info(grpc_url: str, model: str, version: str = "") -> ModelInfo
         try:
             client.is_server_live(client_timeout=10)
         except InferenceServerException as exc:
-            raise GptTritonError(f"cannot reach Triton at {grpc_url} ({_first_line(exc)}); check --triton-url") from exc
+            raise TransientError(f"cannot reach Triton at {grpc_url} ({_first_line(exc)}); check --triton-url") from exc
         try:
             meta = client.get_model_metadata(model, version, as_json=True, client_timeout=10)
         except InferenceServerException as exc:

@@ -186,9 +186,14 @@ def compare_requests(
     spec: AccuracySpec,
     split: Literal["tuning", "heldout"],
     inputs: Sequence[Request] | None = None,
+    request_ids: Sequence[int] | None = None,
 ) -> AccuracyResult:
-    """Compare request by request; the result carries per-output statistics and the Clopper-Pearson bound."""
+    """Compare request by request; the result carries per-output statistics and the Clopper-Pearson bound.
+
+    ``request_ids``: each request's index in the user's reference file (a split's ``indices``), so messages
+    name requests as the user numbers them; default: positions in ``reference``."""
     n = len(reference)
+    ids = list(request_ids) if request_ids and len(request_ids) == n else list(range(n))
     if n == 0:
         raise GptTritonError("no reference requests to compare; give reference traffic with at least one request")
     names = list(reference[0])
@@ -197,7 +202,7 @@ def compare_requests(
         raise GptTritonError(f"accuracy.outputs names unknown output {unknown[0]!r}; the model's outputs are: {', '.join(names)}")
     if len(candidate) != n:
         return _hard_failure(split, n, spec, f"candidate answered {len(candidate)} requests of {n}")
-    problem = _structural_problem(reference, candidate)
+    problem = _structural_problem(reference, candidate, ids)
     if problem:
         return _hard_failure(split, n, spec, problem)
 
@@ -215,16 +220,16 @@ def compare_requests(
             if result.exceedances and (worst_reason is None or result.margin < worst_reason[0]):
                 i = int(np.argmax(values) if check.kind == "error" else np.argmin(values))
                 op = ">" if check.kind == "error" else "<"
-                worst_reason = (result.margin, f"output {name} {check.metric} {values[i]:.4g} {op} {check.tolerance:.4g} in request {i}")
+                worst_reason = (result.margin, f"output {name} {check.metric} {values[i]:.4g} {op} {check.tolerance:.4g} in request {ids[i]}")
     if spec.task_metric:
         fn = load_task_metric(spec.task_metric)
-        scores, failed = _run_task(fn, spec.task_metric, reference, candidate, inputs)
+        scores, failed = _run_task(fn, spec.task_metric, reference, candidate, inputs, ids)
         result = _summarise("*", f"task:{spec.task_metric}", "discrete", 0.0, scores, failed)
         results.append(result)
         for i, bad in enumerate(failed):
             request_failed[i] |= bad
         if result.exceedances and (worst_reason is None or result.margin < worst_reason[0]):
-            worst_reason = (result.margin, f"task metric {spec.task_metric} failed request {failed.index(True)}")
+            worst_reason = (result.margin, f"task metric {spec.task_metric} failed request {ids[failed.index(True)]}")
 
     exceedances = sum(request_failed)
     passed = exceedances / n <= spec.max_exceedance_rate
@@ -238,9 +243,11 @@ def compare_requests(
     )
 
 
-def _structural_problem(reference: Sequence[Request], candidate: Sequence[Request]) -> str | None:
+def _structural_problem(reference: Sequence[Request], candidate: Sequence[Request],
+                        ids: Sequence[int] | None = None) -> str | None:
     """Missing outputs, shape/dtype mismatches and non-finite values: each fails the candidate outright."""
-    for i, (ref, cand) in enumerate(zip(reference, candidate, strict=True)):
+    for position, (ref, cand) in enumerate(zip(reference, candidate, strict=True)):
+        i = ids[position] if ids else position  # named as the user's file numbers it
         for name, r in ref.items():
             if name not in cand:
                 return f"output {name} is missing from the answer to request {i}"
@@ -262,7 +269,8 @@ def _structural_problem(reference: Sequence[Request], candidate: Sequence[Reques
 
 
 def _run_task(
-    fn: TaskMetric, path: str, reference: Sequence[Request], candidate: Sequence[Request], inputs: Sequence[Request] | None
+    fn: TaskMetric, path: str, reference: Sequence[Request], candidate: Sequence[Request], inputs: Sequence[Request] | None,
+    ids: Sequence[int] | None = None,
 ) -> tuple[list[float], list[bool]]:
     scores: list[float] = []
     failed: list[bool] = []
@@ -273,7 +281,8 @@ def _run_task(
             failed.append(not bool(ok))
         except Exception as exc:  # the user's code: report it as their problem, in one line
             raise GptTritonError(
-                f"task metric {path} failed on request {i} ({type(exc).__name__}: {exc}); it must return (score, passed)"
+                f"task metric {path} failed on request {ids[i] if ids else i} ({type(exc).__name__}: {exc}); it must "
+                "return (score, passed)"
             ) from exc
     return scores, failed
 

@@ -43,7 +43,8 @@ def screen(grpc_url: str, candidates: Sequence[Candidate], tuning: ReferenceSet,
             outcomes.append(ScreenOutcome(candidate_id=candidate.id, status="failed",
                                           reason=f"inference failed: {' '.join(str(exc).split())[:300]}"))
             continue
-        result = compare_requests(tuning.outputs, produced, spec, "tuning", inputs=tuning.inputs)
+        result = compare_requests(tuning.outputs, produced, spec, "tuning", inputs=tuning.inputs,
+                                  request_ids=tuning.indices)
         ok, why = accuracy_eligible(result, spec)
         outcomes.append(ScreenOutcome(candidate_id=candidate.id, status=candidate.status if ok else "infeasible",
                                       reason=None if ok else why, accuracy=result))
@@ -60,7 +61,8 @@ def accept(heldout: ReferenceSet, produced: Mapping[str, Outputs], order: Sequen
     assert heldout.outputs is not None
     verdicts: list[AcceptOutcome] = []
     for candidate_id in order:
-        result = compare_requests(heldout.outputs, list(produced[candidate_id]), spec, "heldout", inputs=heldout.inputs)
+        result = compare_requests(heldout.outputs, list(produced[candidate_id]), spec, "heldout", inputs=heldout.inputs,
+                                  request_ids=heldout.indices)
         ok, why = accuracy_eligible(result, spec)
         verdicts.append(AcceptOutcome(candidate_id=candidate_id, accuracy=result, passed=ok, reason=why))
         if ok:

@@ -85,6 +85,7 @@ def inspect_model(path: str | Path) -> ModelInfo:
         raise GptTritonError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     if not model.graph.input and not model.graph.node:
         raise GptTritonError(f"{path} is not a readable ONNX model (empty graph)")
+    _check_external_data(path, model)
     initializers = {init.name for init in model.graph.initializer}
     inputs = [_tensor_info(v) for v in model.graph.input if v.name not in initializers]
     outputs = [_tensor_info(v) for v in model.graph.output]
@@ -95,6 +96,23 @@ def inspect_model(path: str | Path) -> ModelInfo:
         path=str(path.resolve()), name=path.stem, sha256=sha256_file(path), size_bytes=path.stat().st_size,
         opset=opset, inputs=inputs, outputs=outputs,
     )
+
+
+def _check_external_data(path: Path, model) -> None:  # type: ignore[no-untyped-def]
+    """Weights stored beside the model (ONNX external data) must all be there: name the first missing file
+    now, not as a default route that "did not build or load" after the whole build stage."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    for tensor in _get_all_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+        target = path.parent / location
+        if not location or not target.is_file():
+            raise GptTritonError(
+                f"{path} keeps tensor {tensor.name!r} in external-data file {location!r}, which is missing "
+                f"from {path.parent}; copy it beside the model"
+            )
 
 
 def parse_shape_hint(text: str) -> tuple[str, list[int]]:

@@ -36,6 +36,9 @@ class DeployInfo(BaseModel):
 
 class Candidate(BaseModel):
     id: str
+    # family + the knobs that differ from the baseline (gpt_triton.core.naming), set when planned; "" in
+    # reports saved before names existed (the report then computes one). The id stays the stable key.
+    name: str = ""
     family: str  # the compiler family
     route: Route  # compiler knobs
     graph: Route | None = None  # graph rewrites applied before the compiler

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile
@@ -46,63 +46,99 @@ class FamilySpec(_Strict):
 
 class SearchSpec(_Strict):
     mode: Literal["fast", "full", "mixed", "random"] = "mixed"
-    random_routes: int = 16  # for mode=random
+    random_routes: Annotated[int, Field(ge=1)] = 16  # for mode=random
     seed: int = 0
-    max_builds: int = 64
-    build_timeout_s: float = 300.0
-    build_memory_mb: int = 8192
+    max_builds: Annotated[int, Field(ge=1)] = 64
+    build_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    build_memory_mb: Annotated[int, Field(ge=1)] = 8192
 
 
 class MeasureSpec(_Strict):
     loads: list[LoadProfile] = Field(default_factory=lambda: [LoadProfile(kind="concurrency", concurrency=1)])
-    warmup_s: float = 1.0
-    window_s: float = 2.0
-    window_min_requests: int = 50
-    min_windows: int = 3
-    max_windows: int = 10
-    stability: float = 0.10  # last 3 windows within this fraction (perf_analyzer's rule)
+    warmup_s: Annotated[float, Field(ge=0)] = 1.0
+    window_s: Annotated[float, Field(gt=0)] = 2.0
+    window_min_requests: Annotated[int, Field(ge=1)] = 50
+    min_windows: Annotated[int, Field(ge=1)] = 3
+    max_windows: Annotated[int, Field(ge=1)] = 10
+    stability: Annotated[float, Field(gt=0)] = 0.10  # last 3 windows within this fraction (perf_analyzer's rule)
     racing: bool = True
-    remeasure_windows: int = 8  # per candidate in the separate, interleaved A/B(/C) run
-    confidence: float = 0.95
-    bootstrap_resamples: int = 2000
-    client_processes: int = 1  # load-generator processes, for open-loop rates one core cannot hold
+    remeasure_windows: Annotated[int, Field(ge=2)] = 8  # per candidate in the separate, interleaved A/B(/C) run
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    bootstrap_resamples: Annotated[int, Field(ge=1)] = 2000
+    client_processes: Annotated[int, Field(ge=1)] = 1  # load-generator processes, for open-loop rates one core cannot hold
+    # The load client: the built-in gRPC generator, or NVIDIA's perf_analyzer binary (make setup fetches it;
+    # GPT_TRITON_PERF_ANALYZER overrides where it is), so any figure can be cross-checked with it.
+    client: Literal["builtin", "perf_analyzer"] = "builtin"
+    # Requests beyond the objective's quantile each window holds (p99 with 5: 500 requests per window).
+    tail_requests: Annotated[int, Field(ge=1)] = 5
+    # After racing, the tie group (or the top `finalists` by point estimate) plus the baseline are judged
+    # again in one interleaved run of up to `finalist_windows` windows each (default: max_windows) before selection.
+    finalists: Annotated[int, Field(ge=0)] = 3  # 0: no finalist stage
+    finalist_windows: Annotated[int | None, Field(ge=3)] = None
+    max_finalists: Annotated[int, Field(ge=2)] = 6
+
+    @model_validator(mode="after")
+    def _window_counts(self) -> MeasureSpec:
+        if self.max_windows < self.min_windows:
+            raise ValueError(f"max_windows ({self.max_windows}) is below min_windows ({self.min_windows})")
+        return self
 
 
 class ObjectiveSpec(_Strict):
     metric: Literal["p99", "p90", "p50", "mean", "throughput"] = "p99"
-    load_index: int = 0  # which of measure.loads the objective is read at
-    slo_p99_ms: float | None = None  # for metric=throughput: only candidates with p99 under it
+    load_index: Annotated[int, Field(ge=0)] = 0  # which of measure.loads the objective is read at
+    slo_p99_ms: Annotated[float | None, Field(gt=0)] = None  # for metric=throughput: only candidates with p99 under it
 
 
 class ToleranceSpec(_Strict):
-    max_abs: float | None = None
-    max_rel: float | None = None
-    rel_epsilon: float = 1e-6
-    mean_abs: float | None = None
-    rmse: float | None = None
-    cosine_min: float | None = None
-    topk: int | None = None  # top-k agreement: the reference's top-1 must be in the candidate's top-k
+    max_abs: Annotated[float | None, Field(ge=0)] = None
+    max_rel: Annotated[float | None, Field(ge=0)] = None
+    rel_epsilon: Annotated[float, Field(gt=0)] = 1e-6
+    mean_abs: Annotated[float | None, Field(ge=0)] = None
+    rmse: Annotated[float | None, Field(ge=0)] = None
+    cosine_min: Annotated[float | None, Field(ge=-1, le=1)] = None
+    topk: Annotated[int | None, Field(ge=1)] = None  # top-k agreement: the reference's top-1 must be in the candidate's top-k
     iou_threshold: float | None = None  # binarise maps at this value, then compare IoU
-    iou_min: float | None = None
+    iou_min: Annotated[float | None, Field(ge=0, le=1)] = None
 
 
 class AccuracySpec(_Strict):
     default: ToleranceSpec = Field(default_factory=lambda: ToleranceSpec(max_abs=1e-3, max_rel=1e-2))
     outputs: dict[str, ToleranceSpec] = Field(default_factory=dict)
     task_metric: str | None = None  # "module:function"
-    heldout_fraction: float = 0.3
+    heldout_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.3
     split_seed: int = 0
-    synthetic_requests: int = 64  # when no --reference is given
-    confidence: float = 0.95
-    max_exceedance_rate: float = 0.0  # per-request exceedance rate allowed on the tuning split
+    synthetic_requests: Annotated[int, Field(ge=2)] = 64  # when no --reference is given
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    max_exceedance_rate: Annotated[float, Field(ge=0, le=1)] = 0.0  # per-request exceedance rate allowed on the tuning split
     min_margin: float = 0.0  # relative margin to the tolerance a candidate needs to be eligible
-    max_exceedance_bound: float | None = None  # eligible only when the Clopper-Pearson bound is below
+    max_exceedance_bound: Annotated[float | None, Field(gt=0, le=1)] = None  # eligible only when the Clopper-Pearson bound is below
+
+
+# Reduced-precision routes the sensitivity search can lower group by group (family:precision).
+PrecisionLowering = Literal["onnxruntime:int8_static", "onnxruntime:fp16", "openvino:int8", "tensorrt:fp16"]
+
+
+def _default_lowerings() -> list[PrecisionLowering]:
+    return ["onnxruntime:int8_static", "openvino:int8", "tensorrt:fp16", "onnxruntime:fp16"]
+
+
+class PrecisionSpec(_Strict):
+    """The per-layer-group precision search (gpt_triton.precision): after the route search's own plan, find
+    on the tuning split which layer groups a reduced-precision route must keep in fp32, and propose each mix
+    that holds the task tolerance as one more candidate."""
+
+    enabled: bool = False
+    lowerings: list[PrecisionLowering] = Field(default_factory=_default_lowerings)
+    max_probes: int = Field(default=24, ge=1)  # in-process build + tuning-split run, over every lowering
+    safety: float = Field(default=0.5, ge=0.0, le=1.0)  # a mix must pass with max_exceedance_rate * (1 - safety)
+    reserve_s: float = Field(default=120.0, ge=0.0)  # stop probing when less of the time budget is left
 
 
 class PromotionSpec(_Strict):
     repository: str = "model_repository"
     model_name: str | None = None  # default: the ONNX file's stem
-    keep_versions: int = 3
+    keep_versions: Annotated[int, Field(ge=1)] = 3  # tune prunes older versions, never the served (pinned) one nor the new one
     require_gain: bool = True  # promote the baseline unless the re-measured interval excludes 1.0
 
 
@@ -146,8 +182,9 @@ class TuneSpec(_Strict):
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
     promotion: PromotionSpec = Field(default_factory=PromotionSpec)
+    precision: PrecisionSpec = Field(default_factory=PrecisionSpec)
     server: ServerSpec = Field(default_factory=ServerSpec)
-    time_budget_s: float | None = None
+    time_budget_s: Annotated[float | None, Field(gt=0)] = None
 
     @field_validator("time_budget_s", mode="before")
     @classmethod

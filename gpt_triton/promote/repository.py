@@ -124,11 +124,12 @@ def _write_provenance(version_dir: Path, provenance: dict[str, Any], model_name:
 
 
 def _config_text(config: model_config_pb2.ModelConfig, model_name: str, version: int, serving: int | None,
-                 key_id: str | None = None) -> str:
+                 key_id: str | None = None, only_new: bool = False) -> str:
     """The model-level config: the given one, named for the model, with a policy that keeps serving loadable.
 
     With a known serving version both it and the new one are listed (a canary needs both); otherwise the
-    two newest stay loadable so the previous version survives a rollback. With ``key_id`` (a signed
+    two newest stay loadable so the previous version survives a rollback; with ``only_new`` (the older
+    versions are served by another backend, which this config cannot load) only the new one. With ``key_id`` (a signed
     promotion) its parameters say the versions are signed and by which key, where deleting a version's
     signatures.json cannot remove it (the adapter checks this file against the signed copy).
     """
@@ -142,22 +143,76 @@ def _config_text(config: model_config_pb2.ModelConfig, model_name: str, version:
         final.parameters[SIGNED_PARAMETER].string_value = "true"
         final.parameters[KEY_ID_PARAMETER].string_value = key_id
     final.ClearField("version_policy")
-    if serving is not None and serving != version:
+    if only_new:
+        final.version_policy.specific.versions.append(version)
+    elif serving is not None and serving != version:
         final.version_policy.specific.versions.extend(sorted({serving, version}))
     else:
         final.version_policy.latest.num_versions = 2
     return str(text_format.MessageToString(final))
 
 
-def _prune(model_dir: Path, keep_versions: int, serving: int | None, new_version: int) -> list[int]:
-    """Remove versions outside the newest ``keep_versions`` but only those older than the serving one."""
-    if serving is None:
+def _other_backend(model_dir: Path, config: model_config_pb2.ModelConfig) -> bool:
+    """Whether the model's current config.pbtxt serves with another backend than ``config`` (a hand-written
+    onnxruntime model re-tuned into gpt-triton's python adapter): its versions then cannot load under the new
+    config, so only the new version is listed. An unreadable config counts as another backend."""
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        return False
+    try:
+        current = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return True
+    return (current.backend, current.platform) != (config.backend, config.platform)
+
+
+def _served_versions(model_dir: Path) -> set[int] | None:
+    """The versions Triton serves now, by the current config.pbtxt's version_policy (no policy: Triton's
+    default, the newest one); None when the config cannot be read, so nothing is pruned."""
+    versions = list_versions(model_dir)
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        return set(versions[-1:])
+    try:
+        current = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return None
+    policy = current.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return set(versions)
+    if which == "specific":
+        return set(policy.specific.versions)
+    return set(versions[-max(policy.latest.num_versions, 1):])
+
+
+def _pinned_version(model_dir: Path) -> int | None:
+    """The oldest version a specific version policy in the current config.pbtxt lists (production held on
+    it; newer listed ones are canaries), if that version still exists."""
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        current = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return None
+    if current.version_policy.WhichOneof("policy_choice") != "specific":
+        return None
+    listed = [v for v in current.version_policy.specific.versions if v in list_versions(model_dir)]
+    return min(listed) if listed else None
+
+
+def _prune(model_dir: Path, keep_versions: int, served: set[int] | None, new_version: int) -> list[int]:
+    """Remove versions outside the newest ``keep_versions``, but never a served one (the pinned ``serving``
+    version, or what the config served before this promotion), nor one newer than the oldest served one (a
+    canary may need it), nor the new one."""
+    if not served:
         return []
     versions = list_versions(model_dir)
-    kept = set(versions[-keep_versions:]) | {serving, new_version}
+    kept = set(versions[-keep_versions:]) | served | {new_version}
     removed = []
     for version in versions:
-        if version in kept or version >= serving:
+        if version in kept or version >= min(served):
             continue
         # Rename first so Triton never sees a half-deleted version folder.
         trash = model_dir / f"{TMP_PREFIX}prune-{version}-{uuid.uuid4().hex[:8]}"
@@ -180,9 +235,14 @@ def _clean_stale(model_dir: Path) -> None:
                 entry.unlink(missing_ok=True)
 
 
-def _prepare_model_dir(repository: Path, model_name: str) -> Path:
+def check_model_name(model_name: str) -> None:
+    """A name Triton and the repository layout accept: one line naming it otherwise (tune checks it first)."""
     if not _MODEL_NAME.fullmatch(model_name):
         raise GptTritonError(f"bad model name {model_name!r}: use letters, digits, '_', '-', '.' (not starting with '.')")
+
+
+def _prepare_model_dir(repository: Path, model_name: str) -> Path:
+    check_model_name(model_name)
     model_dir = repository / model_name
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
@@ -220,6 +280,9 @@ def promote(
         key_id = signer.key_id
     with promotion_lock(model_dir, model_name):
         _clean_stale(model_dir)
+        served = {serving_version} if serving_version is not None else _served_versions(model_dir)
+        # An operator's pin (a specific version policy) outlives the promotion: its oldest version stays listed.
+        pinned = serving_version if serving_version is not None else _pinned_version(model_dir)
         if serving_version is not None and serving_version not in list_versions(model_dir):
             raise GptTritonError(
                 f"serving version {serving_version} of {model_name} is not in {model_dir}: pass the version Triton serves"
@@ -238,7 +301,8 @@ def promote(
             for reserved in (PROVENANCE_FILE, SIGNATURES_FILE, PROMOTED_CONFIG_FILE):
                 if (tmp_dir / reserved).exists():
                     raise GptTritonError(f"write_version must not write {reserved}: promotion adds it")
-            config_text = _config_text(config, model_name, version, serving_version, key_id)
+            config_text = _config_text(config, model_name, version, pinned, key_id,
+                                       only_new=_other_backend(model_dir, config))
             (tmp_dir / PROMOTED_CONFIG_FILE).write_text(config_text)
             _compile_python(tmp_dir)
             manifest = _write_provenance(tmp_dir, provenance, model_name, version)
@@ -266,7 +330,7 @@ def promote(
         # version is complete and visible either way.
         with contextlib.suppress(OSError):
             _fsync_path(model_dir)
-        pruned = _prune(model_dir, keep_versions, serving_version, version)
+        pruned = _prune(model_dir, keep_versions, served, version)
     if not signing_key:
         _log.warning("promoted %s version %d UNSIGNED: no signing key is set, so nothing can tell a tampered copy "
                      "from it; set %s to sign promotions", model_name, version, KEY_ENV)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.records import RunReport
+from gpt_triton.report.csv_export import CSV_FILE, csv_text, write_csv
 from gpt_triton.report.markdown import render_markdown
 from gpt_triton.report.plots import plot_availability, render_plots
 from gpt_triton.report.terminal import print_summary, summary_table
@@ -23,9 +24,9 @@ from gpt_triton.report.verdict import break_even_inferences, verdict_lines
 from gpt_triton.report.view import FamilySummary, ReportView, build_view, per_family_summary
 
 __all__ = [
-    "FamilySummary", "ReportView", "break_even_inferences", "build_view", "load_report", "per_family_summary",
+    "CSV_FILE", "FamilySummary", "ReportView", "break_even_inferences", "build_view", "csv_text", "load_report", "per_family_summary",
     "plot_availability", "print_summary", "render_markdown", "render_plots", "render_report", "summary_table",
-    "verdict_lines",
+    "verdict_lines", "write_csv",
 ]
 
 
@@ -51,7 +52,8 @@ def load_report(run_dir: Path) -> RunReport:
 
 
 def render_report(run_dir: Path) -> Path:
-    """Write RUN_DIR/plots/*.png and RUN_DIR/report.md from report.json; returns report.md's path.
+    """Write RUN_DIR/plots/*.png, RUN_DIR/report.md and RUN_DIR/report.csv (the measurements in perf_analyzer's
+    ``-f`` layout, :mod:`gpt_triton.report.csv_export`) from report.json; returns report.md's path.
 
     Plots are drawn into a temporary directory that replaces plots/ only when complete, and report.md is
     written to a temporary file then renamed, so an interrupted render leaves the previous report intact.
@@ -85,6 +87,7 @@ def render_report(run_dir: Path) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    write_csv(report, run_dir / CSV_FILE)
     return target
 
 

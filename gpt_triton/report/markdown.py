@@ -6,12 +6,13 @@ A renderer over :mod:`gpt_triton.report.view`, like the terminal summary, so the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from gpt_triton.core.records import RunReport
-from gpt_triton.report.fmt import fmt_interval, fmt_ms, fmt_ratio, knob_text, truncate
+from gpt_triton.report.fmt import fmt_interval, fmt_ms, fmt_ratio, knob_text
 from gpt_triton.report.plots import PLOT_TITLES, availability
-from gpt_triton.report.view import MARKS, build_view
+from gpt_triton.report.view import MARKS, build_view, mixed_precision_rows
 
 
 def _cell(text: object) -> str:
@@ -67,7 +68,8 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
     for row in view.rows:
         c, stats = row.candidate, row.stats
         rows.append([
-            row.marks, c.id, c.family, f"`{truncate(row.route, 100)}`", c.status,
+            # Whole: a cut would fall before the knob that differs (every row starts with the shared ones).
+            row.marks, c.id, f"`{row.name}`", f"`{row.route}`", c.status,
             c.deploy.backend if c.deploy else "-",
             f"{c.build.seconds:.1f}" + (" (cached)" if c.build.cached else ""),
             fmt_interval(stats.p50_ms if stats else None), fmt_interval(stats.p99_ms if stats else None),
@@ -75,7 +77,7 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
             fmt_ms(c.isolated.single_request_ms if c.isolated else None), row.failure or "",
         ])
     if rows:
-        out += _table(["", "id", "family", "route", "status", "backend", "build s", "p50 ms", "p99 ms", "thr/s",
+        out += _table(["", "id", "name", "route", "status", "backend", "build s", "p50 ms", "p99 ms", "thr/s",
                        "accuracy", "isolated ms", "reason"], rows)
     else:
         out += ["No candidates were planned.", ""]
@@ -85,12 +87,20 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
         out += ["## Per family", ""]
         out += _table(
             ["family", "candidates", "measured", "failed", "eligible", "best", objective.metric, "vs baseline"],
-            [[r.family, r.candidates, r.measured, r.failed, r.eligible, r.best_id or "-", fmt_ms(r.best_value),
+            [[r.family, r.candidates, r.measured, r.failed, r.eligible, r.best_name or "-", fmt_ms(r.best_value),
               fmt_ratio(r.vs_baseline)] for r in families.families],
         )
         out += [families.union.text() + ".", ""]
 
-    out += _per_load(report)
+    mixed = mixed_precision_rows(view)
+    if mixed:
+        out += ["## Mixed precision", "", "Layer groups kept in fp32 by the precision search (probes and cost in "
+                "the decisions); tuning split only, the held-out verdict is the winner's.", ""]
+        out += _table(["name", "kept in fp32", "status", "tuning split", objective.metric, "held-out"],
+                      [[f"`{m.row.name}`", ", ".join(m.kept), m.row.candidate.status, m.tuning,
+                        fmt_interval(m.row.objective), m.heldout] for m in mixed])
+
+    out += _per_load(report, view.name)
 
     if report.heldout is not None and report.heldout.outputs:
         out += ["## Held-out accuracy per output", ""]
@@ -109,7 +119,7 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
     if report.candidates:
         # The full route keys, defaults included: what a rebuild (or a bug report) needs verbatim.
         out += ["<details><summary>Full routes</summary>", "", "```"]
-        out += [f"{c.id}  {c.route_text()}" for c in report.candidates]
+        out += [f"{c.id}  {view.name(c.id)}\n    {c.route_text()}" for c in report.candidates]
         out += ["```", "", "</details>", ""]
 
     if report.decisions:
@@ -117,7 +127,7 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
     return "\n".join(out).rstrip() + "\n"
 
 
-def _per_load(report: RunReport) -> list[str]:
+def _per_load(report: RunReport, name: Callable[[str], str]) -> list[str]:
     """One table per load level: the served figures and the server-side breakdown."""
     measured = [c for c in report.candidates if c.latency]
     if not measured:
@@ -137,11 +147,14 @@ def _per_load(report: RunReport) -> list[str]:
             )
             lag = [w.send_lag_p99_ms for w in s.windows if w.send_lag_p99_ms is not None]
             rows.append([
-                c.id, len(s.windows), "yes" if s.stable else "no", fmt_interval(s.p50_ms), fmt_interval(s.p90_ms),
-                fmt_interval(s.p99_ms), fmt_interval(s.throughput), s.errors, breakdown,
+                # How many requests each estimate rests on; a tail no order statistic bounds says so.
+                c.id, name(c.id), f"{len(s.windows)} / {s.requests}", "yes" if s.stable else "no",
+                *(fmt_interval(getattr(s, f"{q}_ms")) + (" (too few requests: unbounded)" if q in s.unbounded else "")
+                  for q in ("p50", "p90", "p99")),
+                fmt_interval(s.throughput), s.errors, breakdown,
                 "-" if s.rate_held is None else ("yes" if s.rate_held else f"NO (send lag p99 {fmt_ms(max(lag)) if lag else '?'} ms)"),
             ])
-        out += _table(["id", "windows", "stable", "p50 ms", "p90 ms", "p99 ms", "throughput/s", "errors",
+        out += _table(["id", "name", "windows / requests", "stable", "p50 ms", "p90 ms", "p99 ms", "throughput/s", "errors",
                        "server ms (mean)", "rate held"], rows)
     return out
 

@@ -57,15 +57,17 @@ def _color(view: ReportView, candidate: Candidate) -> str:
     return OTHER
 
 
-def _label(report: RunReport, candidate: Candidate) -> str:
+def _label(view: ReportView, candidate: Candidate) -> str:
+    """The candidate's name (family and the knobs that differ from the baseline), its role in the run."""
+    report = view.report
     selected = report.selected_id if report.selected_id != report.winner_id else None  # not confirmed
     roles = [role for role, cid in (("winner", report.winner_id), ("baseline", report.baseline_id),
                                     ("selected", selected)) if cid == candidate.id]
-    return f"{candidate.id} {candidate.family}" + (f" ({', '.join(roles)})" if roles else "")
+    return view.name(candidate.id) + (f" ({', '.join(roles)})" if roles else "")
 
 
 def _annotate(ax: Axes, points: list[tuple[str, float, float]]) -> None:
-    """Label points with their ids, stepping a label down when it would overprint an earlier one.
+    """Label points with their names, stepping a label down when it would overprint an earlier one.
 
     Call it last: overlap is judged in display pixels on the final limits (a "small" label is about
     7 px per character and 12 px tall at this DPI), so it holds on log axes and for ids of any length."""
@@ -116,11 +118,10 @@ def _metric_name(metric: str) -> str:
 
 # --------------------------------------------------------------------------------------------- plots
 def _latency_distribution(view: ReportView, fig: Figure) -> None:
-    report = view.report
     candidates = _measured(view)
     n_loads = max(len(c.latency) for c in candidates)
     axes = fig.subplots(1, n_loads, sharey=True, squeeze=False)[0]
-    labels = [_label(report, c) for c in candidates]
+    labels = [_label(view, c) for c in candidates]
     for index, ax in enumerate(axes):
         rows = [(pos, c, s) for pos, c in enumerate(candidates) if (s := load_stats(c, index)) is not None and s.windows]
         p99 = [[w.p99_ms for w in s.windows] for _, _, s in rows]
@@ -171,7 +172,7 @@ def _latency_vs_throughput(view: ReportView, fig: Figure) -> None:
         if not xs:
             continue
         special = _notable(report, candidate)
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=_label(report, candidate), color=color, linestyle=style,
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=_label(view, candidate), color=color, linestyle=style,
                     linewidth=2.2 if special else 1.0, alpha=1.0 if special else 0.7)
         if special:  # name the load level at each point of the two lines people compare
             for x, y, stats in zip(xs, ys, [s for s in candidate.latency if s.throughput and s.p99_ms], strict=True):
@@ -225,7 +226,7 @@ def _isolated_vs_served(view: ReportView, fig: Figure) -> None:
     ax.set_title(f"{PLOT_TITLES['isolated_vs_served']}: {title}")
     ax.grid(alpha=0.3)
     _color_legend(ax, extra=list(diagonal), loc="best")
-    _annotate(ax, [(c.id, x, y) for c, x, y in named])
+    _annotate(ax, [(view.name(c.id), x, y) for c, x, y in named])
 
 
 def _interval_bar(ax: Axes, interval: Interval, y: float, color: str, marker: str, alpha: float, label: str | None) -> None:
@@ -258,7 +259,7 @@ def _remeasurement(view: ReportView, fig: Figure) -> None:
         elif metric != "throughput":  # Gain's *_ms points are latencies: only comparable on a latency axis
             left.scatter([point_ms], [pos - 0.12], marker="D", color=color, s=60, zorder=3,
                          label="re-measured" if pos == 0 else None)
-    left.set_yticks([0, 1], [f"{role} {cid}" for role, cid, *_ in rows])
+    left.set_yticks([0, 1], [f"{role}\n{view.name(cid)}" for role, cid, *_ in rows])
     left.set_ylim(-0.6, 1.6)
     left.set_xlabel(_metric_name(metric))
     left.set_title("screening vs re-measurement")
@@ -329,7 +330,7 @@ def _accuracy_pareto(view: ReportView, fig: Figure) -> None:
     ax.grid(alpha=0.3)
     _color_legend(ax, extra=extra)
     # With many points only those a reader looks for are named: Pareto set, winner, baseline, selected pick.
-    _annotate(ax, [(c.id, lat, m) for c, lat, m in points if len(points) <= 12 or c.id in front or _notable(report, c)])
+    _annotate(ax, [(view.name(c.id), lat, m) for c, lat, m in points if len(points) <= 12 or c.id in front or _notable(report, c)])
 
 
 def _build_cost(view: ReportView, fig: Figure) -> None:

@@ -20,13 +20,14 @@ from gpt_triton.report.view import MARKS, CandidateRow, FamilySummary, ReportVie
 
 ROUTE_WIDTH = 48
 # Real routes spell out every knob and real ids are 12-character digests, so below FULL_FROM columns the
-# family and route move to a legend under the numbers; below NARROW_BELOW the lesser columns go too.
+# route moves to a legend under the numbers; below NARROW_BELOW the name (also in the legend) and the lesser
+# columns go too.
 FULL_FROM = 170
 NARROW_BELOW = 110
-MEDIUM_DROPS = ("backend", "family", "route")
-NARROW_DROPS = MEDIUM_DROPS + ("build s", "iso ms")
+MEDIUM_DROPS = ("backend", "route")
+NARROW_DROPS = MEDIUM_DROPS + ("build s", "iso ms", "name")  # the legend names them
 COLUMNS = (  # header, justify, no_wrap
-    ("", "left", True), ("id", "left", True), ("family", "left", False), ("route", "left", False),
+    ("", "left", True), ("id", "left", True), ("name", "left", False), ("route", "left", False),
     ("status", "left", True), ("backend", "left", False), ("build s", "right", False), ("p50 ms", "right", False),
     ("p99 ms", "right", False), ("thr/s", "right", False), ("accuracy", "left", False), ("iso ms", "right", False),
 )
@@ -47,7 +48,7 @@ def _cells(row: CandidateRow) -> dict[str, Text | str]:
     return {
         "": row.marks,
         "id": c.id,
-        "family": c.family,
+        "name": row.name,
         "route": _route(row, ROUTE_WIDTH),
         "status": c.status,
         "backend": c.deploy.backend if c.deploy else "-",
@@ -64,7 +65,8 @@ def candidate_table(view: ReportView, width: int | None = None) -> Table:
     """One row per candidate at the objective's load level; winner ★, baseline B, unconfirmed pick s.
 
     ``width``: the console's columns (None: every column). Narrower consoles lose the backend (report.md
-    has it), family and route (:func:`route_legend` prints those), then the build and isolated times.
+    has it) and route (:func:`route_legend` prints it), then the build and isolated times. The name (family and
+    the knobs that differ from the baseline) is never dropped: it is how a person tells the rows apart.
     """
     report, objective = view.report, view.objective
     drops: tuple[str, ...] = ()
@@ -84,7 +86,7 @@ def candidate_table(view: ReportView, width: int | None = None) -> Table:
         if header in drops:
             continue
         table.add_column(header, justify=justify, no_wrap=no_wrap,  # type: ignore[arg-type]
-                         max_width=ROUTE_WIDTH if header == "route" else None,
+                         max_width=ROUTE_WIDTH if header in ("route", "name") else None,
                          min_width=12 if header in ("p50 ms", "p99 ms") else None, overflow="fold")
     for row in view.rows:
         cells = _cells(row)
@@ -99,13 +101,13 @@ def summary_table(report: RunReport, width: int | None = None) -> Table:
 
 
 def route_legend(view: ReportView) -> Table:
-    """id -> family and distinguishing knobs (and the reason of a failed candidate), for narrow consoles."""
+    """id -> name and distinguishing knobs (and the reason of a failed candidate), for narrow consoles."""
     table = Table(box=box.SIMPLE_HEAD, title="routes (knobs shared by every candidate left out)")
     table.add_column("id", no_wrap=True)
-    table.add_column("family")
+    table.add_column("name", overflow="fold")
     table.add_column("route", overflow="fold")
     for row in view.rows:
-        table.add_row(row.id, row.candidate.family, _route(row, 10_000))
+        table.add_row(row.id, row.name, _route(row, 10_000))
     return table
 
 
@@ -113,9 +115,9 @@ def family_table(summary: FamilySummary) -> Table:
     table = Table(title="per family (best eligible candidate)")
     for header in ("family", "cand.", "meas.", "fail", "best", "objective", "vs base"):
         table.add_column(header, justify="left" if header in ("family", "best") else "right",
-                         no_wrap=header in ("family", "best"))
+                         no_wrap=header == "family")
     for r in summary.families:
-        table.add_row(r.family, str(r.candidates), str(r.measured), str(r.failed), r.best_id or "-",
+        table.add_row(r.family, str(r.candidates), str(r.measured), str(r.failed), r.best_name or "-",
                       fmt_ms(r.best_value), fmt_ratio(r.vs_baseline))
     if summary.union is not None:
         table.caption = summary.union.text()

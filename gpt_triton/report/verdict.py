@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpt_triton.core.naming import unique_names
 from gpt_triton.core.objective import metric_interval
 from gpt_triton.core.records import RunReport
 from gpt_triton.report.fmt import fmt_count, fmt_ms
@@ -26,6 +27,12 @@ def break_even_inferences(report: RunReport) -> float | None:
     return report.tuning_seconds / saved_s
 
 
+def _who(report: RunReport, candidate_id: str | None) -> str:
+    """A candidate as the verdict names it: name and id (core.naming), "none" for no candidate."""
+    names = unique_names(report.candidates, report.baseline_id)
+    return f"{names[candidate_id]} ({candidate_id})" if candidate_id in names else (candidate_id or "none")
+
+
 def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
     winner, baseline, gain = report.winner_id, report.baseline_id, report.gain
     lines: list[tuple[str, str]] = []
@@ -36,7 +43,7 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
         latency = "p99 " if gain.metric == "throughput" else ""  # Gain's *_ms are p99s for a throughput objective
         text = (
             f"{gain.metric} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI); "
-            f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {contender} {fmt_ms(gain.winner_ms)} ms"
+            f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {_who(report, contender)} {fmt_ms(gain.winner_ms)} ms"
         )
         if gain.selection_estimate_ratio is not None:
             text += f"; selection estimated {gain.selection_estimate_ratio:.3f} (winner's curse {gain.selection_estimate_ratio - r.value:+.3f})"
@@ -45,7 +52,7 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
         lines.append(("re-measured gain", "not measured"))
     if winner is not None and winner == baseline:
         if report.selected_id and report.selected_id != baseline:
-            lines.append(("decision", f"promoted the baseline: {report.selected_id}'s gain was not significant"))
+            lines.append(("decision", f"promoted the baseline: {_who(report, report.selected_id)}'s gain was not significant"))
         else:
             lines.append(("decision", "promoted the baseline: no candidate beat it"))
     elif gain is not None and gain.significant:
@@ -66,12 +73,12 @@ def verdict_lines(report: RunReport) -> list[tuple[str, str]]:
     if winner is not None and winner == baseline:
         lines.append(("winner", f"the baseline {baseline}"))
     else:
-        lines.append(("winner", f"{winner or 'none'} vs baseline {baseline or 'none'}"))
+        lines.append(("winner", f"{_who(report, winner)} vs baseline {baseline or 'none'}"))
     lines += _gain_lines(report)
     repeat = report.repeat_check
     if repeat:
-        lines.append(("repeat check", f"{repeat.get('verdict', '?')}: first selection {repeat.get('first')}, "
-                      f"second (fresh server) {repeat.get('second')}"))
+        lines.append(("repeat check", f"{repeat.get('verdict', '?')}: first selection {_who(report, repeat.get('first'))}, "
+                      f"second (fresh server) {_who(report, repeat.get('second'))}"))
     heldout = report.heldout
     if heldout is None:
         lines.append(("held-out", "not checked"))

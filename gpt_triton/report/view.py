@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpt_triton.core.measurements import Interval, LatencyStats
+from gpt_triton.core.naming import unique_names
 from gpt_triton.core.objective import (
     accuracy_eligible,
     candidate_eligible,
@@ -60,6 +61,7 @@ class ObjectiveView:
 @dataclass(frozen=True)
 class CandidateRow:
     candidate: Candidate
+    name: str  # family + the knobs that differ from the baseline, unique in the run (core.naming)
     marks: str  # see MARKS
     route: str  # the knobs that set it apart from its family (untruncated; fmt.truncate for a column)
     stats: LatencyStats | None  # at the objective's load level
@@ -93,6 +95,7 @@ class FamilyRow:
     failed: int
     eligible: int
     best_id: str | None = None
+    best_name: str | None = None
     best_value: float | None = None  # as shown
     vs_baseline: float | None = None  # >1: the family's best beats the baseline
 
@@ -112,14 +115,17 @@ class UnionRow:
     runner_up_id: str | None = None
     runner_up_value: float | None = None
     vs_runner_up: float | None = None  # >1: the winner beats the runner-up family's best
+    winner_name: str | None = None
+    runner_up_name: str | None = None
 
     def text(self) -> str:
         if self.winner_id is None:
             return "no winner"
-        text = f"winner {self.winner_id} ({self.winner_family})"
+        text = f"winner {self.winner_name or self.winner_family} ({self.winner_id})"
         if self.runner_up_id is not None and self.vs_runner_up is not None:
             text += (
-                f"; best other family {self.runner_up_family} ({self.runner_up_id}): "
+                f"; best other family {self.runner_up_family}: {self.runner_up_name or self.runner_up_family} "
+                f"({self.runner_up_id}): "
                 f"winner is {fmt_ratio(self.vs_runner_up)} on {self.metric}"
             )
         else:
@@ -145,6 +151,11 @@ class ReportView:
 
     def row(self, candidate_id: str | None) -> CandidateRow | None:
         return next((r for r in self.rows if r.id == candidate_id), None)
+
+    def name(self, candidate_id: str | None) -> str:
+        """The candidate's name (its id when the run has no such candidate, "-" for none)."""
+        row = self.row(candidate_id)
+        return row.name if row is not None else (candidate_id or "-")
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -198,7 +209,7 @@ def marks(report: RunReport, candidate: Candidate) -> str:
     return out
 
 
-def _row(report: RunReport, candidate: Candidate, common: dict[str, dict[str, Any]]) -> CandidateRow:
+def _row(report: RunReport, candidate: Candidate, common: dict[str, dict[str, Any]], name: str) -> CandidateRow:
     spec = report.spec
     acc = candidate.accuracy
     accuracy_ok, why = accuracy_eligible(acc, spec.accuracy) if acc is not None else (None, "")
@@ -214,7 +225,7 @@ def _row(report: RunReport, candidate: Candidate, common: dict[str, dict[str, An
     eligible = (candidate.status == "measured" and candidate_eligible(candidate, spec.accuracy)[0]
                 and interval is not None)
     return CandidateRow(
-        candidate=candidate, marks=marks(report, candidate), route=distinguishing_route(candidate, common),
+        candidate=candidate, name=name, marks=marks(report, candidate), route=distinguishing_route(candidate, common),
         stats=load_stats(candidate, spec.objective.load_index),
         objective=None if interval is None else shown(interval, spec.objective.metric),
         accuracy=accuracy, accuracy_ok=accuracy_ok, eligible=eligible,
@@ -260,6 +271,7 @@ def per_family(report: RunReport, rows: list[CandidateRow]) -> FamilySummary:
         families.append(FamilyRow(
             family=family, candidates=len(members), measured=sum(r.candidate.status == "measured" for r in members),
             failed=sum(r.failed for r in members), eligible=len(scored), best_id=best.id if best else None,
+            best_name=best.name if best else None,
             best_value=value,
             vs_baseline=speedup(metric, baseline_value, value) if baseline_value and value is not None else None,
         ))
@@ -268,7 +280,7 @@ def per_family(report: RunReport, rows: list[CandidateRow]) -> FamilySummary:
     winner = by_id.get(report.winner_id or "")
     union: dict[str, Any] = {"metric": metric, "winner_id": report.winner_id}
     if winner is not None:
-        union.update(winner_family=winner.candidate.family,
+        union.update(winner_family=winner.candidate.family, winner_name=winner.name,
                      winner_value=winner.objective.value if winner.objective else None)
     ranked = sorted(best_rows.values(), key=_score)
     if ranked:
@@ -277,16 +289,46 @@ def per_family(report: RunReport, rows: list[CandidateRow]) -> FamilySummary:
                      best_single_value=top.objective.value if top.objective else None)
         runner = next((r for r in ranked if r.candidate.family != union.get("winner_family")), None)
         if runner is not None and runner.objective is not None:
-            union.update(runner_up_family=runner.candidate.family, runner_up_id=runner.id,
+            union.update(runner_up_family=runner.candidate.family, runner_up_id=runner.id, runner_up_name=runner.name,
                          runner_up_value=runner.objective.value)
             if union.get("winner_value") is not None:
                 union["vs_runner_up"] = speedup(metric, runner.objective.value, union["winner_value"])
     return FamilySummary(families=families, union=UnionRow(**union))
 
 
+@dataclass(frozen=True)
+class MixedPrecisionRow:
+    """A candidate that keeps layer groups in fp32 and lowers the rest (the precision search's mixes,
+    gpt_triton.precision): the groups it keeps, its task margin on the tuning split, its objective."""
+
+    row: CandidateRow
+    kept: list[str]
+    tuning: str  # "margin 0.93, 0/34 fail" or why it has no screening result
+    heldout: str  # the held-out verdict when it is the run's winner, else "-"
+
+
+def mixed_precision_rows(view: ReportView) -> list[MixedPrecisionRow]:
+    """One row per candidate whose route keeps layer groups (``fp32_groups``), in the report's order."""
+    out = []
+    for row in view.rows:
+        kept = row.candidate.route.knobs.get("fp32_groups") or []
+        if not kept:
+            continue
+        acc = row.candidate.accuracy
+        tuning = (f"margin {acc.min_margin:.3g}, {acc.exceedances}/{acc.requests} fail" if acc is not None
+                  else row.failure or "not screened")
+        heldout = "-"
+        if row.id == view.report.winner_id and view.report.heldout is not None:
+            held = view.report.heldout
+            heldout = f"{'passed' if held.passed else 'FAILED'} ({held.exceedances}/{held.requests} fail)"
+        out.append(MixedPrecisionRow(row=row, kept=[str(k) for k in kept], tuning=tuning, heldout=heldout))
+    return out
+
+
 def build_view(report: RunReport) -> ReportView:
     common = common_knobs(report)
-    rows = [_row(report, c, common) for c in report.candidates]
+    names = unique_names(report.candidates, report.baseline_id)
+    rows = [_row(report, c, common, names[c.id]) for c in report.candidates]
     good = report.status == "done" and (report.heldout is None or report.heldout.passed)
     return ReportView(report=report, objective=_objective(report), rows=rows, common=common,
                       families=per_family(report, rows), verdict=verdict_lines(report), verdict_ok=good)

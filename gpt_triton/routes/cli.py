@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpt_triton.core.model_info import ModelInfo, inspect_model
+from gpt_triton.core.model_info import ModelInfo, inspect_model, parse_shape_hint, resolve_shapes
 from gpt_triton.core.spec import TuneSpec, load_spec
 from gpt_triton.routes import FAMILIES
 from gpt_triton.search import CandidateSearch
@@ -25,6 +25,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("model", help="the ONNX model")
     parser.add_argument("--spec", help="tuning spec (YAML); default: built-in defaults")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                        help="concrete shape for an input with dynamic dims, as for `tune` (repeatable); checked "
+                        "against the model and shown with the plan")
     parser.add_argument("--json", action="store_true", help="print the table as JSON instead")
     parser.set_defaults(func=run)
 
@@ -74,11 +77,14 @@ def _print_versions(console: Console, row: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     model = inspect_model(args.model)
     spec = load_spec(args.spec)
+    # The same shapes `tune` would run (and the same errors); without --shape, dynamic dims are listed as such.
+    hints = dict(parse_shape_hint(text) for text in args.shape)
+    shapes = resolve_shapes(model, hints) if hints else None
     # Counted once: the family rows and the per-mode table must show the same plan.
     counts = CandidateSearch(spec, model).plan_counts()
     rows = family_table(model, spec, counts)
     if args.json:
-        print(json.dumps({"families": rows, "search": counts}, indent=2))
+        print(json.dumps({"families": rows, "search": counts, "shapes": shapes}, indent=2))
         return 0
     # Wide enough for the help column when piped (rich would otherwise fold to 80 columns).
     console = Console(width=None if sys.stdout.isatty() else 180)
@@ -118,4 +124,7 @@ def run(args: argparse.Namespace) -> int:
         shown = f"{capped}" + (f" of {count}" if capped < count else "")
         modes.add_row(mode, shown + (" (+ refinement)" if mode == "mixed" else ""), notes[mode])
     console.print(modes)
+    if shapes is not None:
+        console.print("request shapes: " + ", ".join(f"{name}={'x'.join(map(str, dims))}" for name, dims in shapes.items()),
+                      soft_wrap=True, highlight=False, markup=False)
     return 0

@@ -18,6 +18,7 @@ from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.routes import FAMILIES
 from gpt_triton.routes._base import RouteFamily
+from gpt_triton.routes.baseline import BaselineRoute
 from gpt_triton.search._space import (
     BASELINE_FAMILY,
     KnobSpace,
@@ -43,14 +44,15 @@ class CandidateSearch:
     """Plans candidates in batches (:meth:`ask`) and learns from their scores (:meth:`tell`)."""
 
     def __init__(self, spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily] = FAMILIES,
-                 unavailable: Mapping[str, str] | None = None) -> None:
+                 unavailable: Mapping[str, str] | None = None, baseline: BaselineRoute | None = None) -> None:
         """``unavailable``: families that are available here but that this run cannot use, with the reason
-        (the pipeline names those whose artifacts the server it opened cannot serve)."""
+        (the pipeline names those whose artifacts the server it opened cannot serve). ``baseline``: the
+        production route of a served model (``tune --model-repository``), planned as the baseline."""
         self.spec = spec
         self.model = model
         self.families = families
         self.decisions: list[str] = []  # one line per choice the search made (logged in the run's report)
-        self.space: SearchSpace = build_space(spec, model, families, self.decisions, unavailable)
+        self.space: SearchSpace = build_space(spec, model, families, self.decisions, unavailable, baseline)
         self.strategy: SearchStrategy = STRATEGIES[spec.search.mode](
             self.space, Budget(spec.search.max_builds, self.decisions), spec.search
         )

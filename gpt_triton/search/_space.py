@@ -17,11 +17,13 @@ from typing import Any
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo
+from gpt_triton.core.naming import BASELINE_NAME, candidate_name
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact, BuildContext, Knob, Route
 from gpt_triton.core.spec import FamilySpec, TuneSpec
 from gpt_triton.routes._base import RouteFamily
 from gpt_triton.routes._common import canonical
+from gpt_triton.routes.baseline import BaselineRoute
 
 BASELINE_FAMILY = "onnxruntime"
 
@@ -159,6 +161,8 @@ class SearchSpace:
     graph: KnobSpace
     serving: KnobSpace
     baseline: Candidate = field(init=False)
+    # Route family -> its own default knobs: what a candidate's name is read against (core.naming).
+    family_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def spaces(self, name: str) -> list[KnobSpace]:
         """The three spaces of a candidate of compiler ``name``: 0 compiler, 1 graph, 2 serving."""
@@ -171,10 +175,13 @@ class SearchSpace:
         # The identity rewrite is "no graph route", so a default-graph candidate shares the baseline's id form.
         graph_route = None if graph == self.graph.defaults else Route(family=self.graph.family.name, knobs=graph)
         serving_route = Route(family=self.serving.family.name, knobs=serving)
-        return Candidate(
+        candidate = Candidate(
             id=candidate_id(route, graph_route, serving_route), family=family, route=route, graph=graph_route,
             serving=serving_route, is_baseline=is_baseline,
         )
+        baseline = getattr(self, "baseline", None)  # unset while the baseline itself is made
+        candidate.name = BASELINE_NAME if is_baseline else candidate_name(candidate, baseline, self.family_defaults)
+        return candidate
 
     def make(self, family: str, routes: Iterable[dict[str, Any]]) -> Candidate:
         """A candidate from (compiler, graph, serving) knob dicts."""
@@ -207,11 +214,28 @@ class SearchSpace:
         return all(s.contains(k) for s, k in zip(self.spaces(self.baseline.family), knobs, strict=True))
 
 
+def _anchor(space: KnobSpace, knobs: Mapping[str, Any], family_spec: FamilySpec | None) -> None:
+    """Start ``space`` from the production values in ``knobs`` (adding a value the family does not offer),
+    except for knobs the spec fixes: one-knob-at-a-time then moves away from what production serves."""
+    fixed = {n for n, ks in (family_spec.knob_specs() if family_spec else {}).items() if ks.values is None}
+    start = dict(space.start)
+    for name, value in knobs.items():
+        if name not in space.values or name in fixed:
+            continue
+        if value_key(value) not in {value_key(v) for v in space.values[name]}:
+            space.values[name] = [*space.values[name], value]
+        start[name] = value
+    space.start = space.canon(start)
+
+
 def build_space(
     spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily], decisions: list[str],
-    unavailable: Mapping[str, str] | None = None,
+    unavailable: Mapping[str, str] | None = None, baseline: BaselineRoute | None = None,
 ) -> SearchSpace:
     """The spaces under ``spec``; why a family is left out is appended to ``decisions``.
+
+    ``baseline``: what production serves (``tune --model-repository``): planned as the baseline instead of
+    ONNX Runtime's defaults, and the start of its compiler family's and the serving family's spaces.
 
     ``unavailable`` names families available here that the run still cannot use, with the reason (the
     server cannot serve their artifacts, or their engines would not run on the serving image); a family's
@@ -222,9 +246,11 @@ def build_space(
     compilers: dict[str, KnobSpace] = {}
     graph: KnobSpace | None = None
     serving: KnobSpace | None = None
+    family_defaults: dict[str, dict[str, Any]] = {}
     for name, family in families.items():
         fspec = spec.families.get(name)
         space = knob_space(family, model, fspec)  # validates knob names even for disabled families
+        family_defaults[name] = dict(space.defaults)
         available, why = family.availability()
         if available and unavailable and name in unavailable:
             available, why = False, unavailable[name]
@@ -241,7 +267,10 @@ def build_space(
         elif family.kind == "serving" and serving is None:
             serving = space
     empty = KnobSpace(_NoFamily(), {}, {}, {})
-    out = SearchSpace(compilers=compilers, graph=graph or empty, serving=serving or empty)
+    out = SearchSpace(compilers=compilers, graph=graph or empty, serving=serving or empty,
+                      family_defaults=family_defaults)
+    if baseline is not None:
+        return _production(out, spec, model, families, decisions, baseline)
     base_family = families.get(BASELINE_FAMILY) or next(iter(families.values()))
     # The baseline is the family's own defaults, whatever the spec fixes: gains are measured against it.
     out.baseline = out.candidate(
@@ -250,4 +279,28 @@ def build_space(
     )
     if BASELINE_FAMILY not in compilers:
         decisions.append(f"baseline: {BASELINE_FAMILY} defaults are still planned first, as the reference for every gain")
+    return out
+
+
+def _production(out: SearchSpace, spec: TuneSpec, model: ModelInfo, families: Mapping[str, RouteFamily],
+                decisions: list[str], baseline: BaselineRoute) -> SearchSpace:
+    """``out`` with the production route as its baseline and the start of its family's and serving spaces."""
+    if baseline.family not in families:
+        raise GptTritonError(f"the production config is served by {baseline.family}, a family this run does not have")
+    family = families[baseline.family]
+    defaults = knob_space(family, model, None).defaults
+    unknown = sorted(set(baseline.knobs) - set(defaults))
+    if unknown:
+        raise GptTritonError(f"the production config sets {unknown}, which {baseline.family} has no knobs for")
+    compiler = {**defaults, **baseline.knobs}
+    serving = {**out.serving.defaults, **{k: v for k, v in baseline.serving.items() if k in out.serving.defaults}}
+    if baseline.family in out.compilers:
+        _anchor(out.compilers[baseline.family], compiler, spec.families.get(baseline.family))
+    _anchor(out.serving, serving, spec.families.get(out.serving.family.name))
+    out.baseline = out.candidate(baseline.family, compiler, out.graph.defaults, out.serving.canon(serving),
+                                 is_baseline=True)
+    decisions.append(f"baseline: {baseline.describe()}; every gain is measured against it")
+    decisions.extend(f"baseline: {note}" for note in baseline.notes)
+    if baseline.family not in out.compilers:
+        decisions.append(f"baseline: {baseline.family} is not searched, but production's route is still planned first")
     return out

@@ -131,7 +131,8 @@ def last_error_line(log_path: Path) -> str:
     fallback = ""
     for line in reversed(lines):
         match = _LOG_LINE.match(line.strip())
-        if match and match.group(1) in "EF":
+        # gRPC's own shutdown noise ("(event_engine) ... epoll_wait error") can follow the real reason.
+        if match and match.group(1) in "EF" and not match.group(2).strip().startswith("(event_engine)"):
             return match.group(2).strip()
         if not fallback and line.strip():
             fallback = match.group(2).strip() if match else line.strip()

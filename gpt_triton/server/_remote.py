@@ -17,7 +17,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError, TransientError
 from gpt_triton.server._base import TritonServer, _exception_text
 
 LIVENESS_TIMEOUT_S = 3.0
@@ -60,10 +60,10 @@ class RemoteTriton(TritonServer):
             live = self.client().is_server_live(client_timeout=LIVENESS_TIMEOUT_S)
         except InferenceServerException as exc:
             self._close_client()
-            raise GptTritonError(f"cannot reach Triton at {self.grpc_url}: {_exception_text(exc)}") from exc
+            raise TransientError(f"cannot reach Triton at {self.grpc_url}: {_exception_text(exc)}") from exc
         if not live:
             self._close_client()
-            raise GptTritonError(f"cannot reach Triton at {self.grpc_url}: the server reports it is not live")
+            raise TransientError(f"cannot reach Triton at {self.grpc_url}: the server reports it is not live")
         if self._given_backends is None:
             self.native_backends = self.probe_backends()
 

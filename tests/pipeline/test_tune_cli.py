@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from gpt_triton.cli import main
+from gpt_triton.core.naming import named_id
 from gpt_triton.core.records import RunReport
 from gpt_triton.report import verdict_lines
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
@@ -100,8 +101,8 @@ def _run_cli(*args: str, cwd: Path, preexec_fn: Callable[[], None] | None = None
                           preexec_fn=preexec_fn)
 
 
-def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 2, result.stderr
+def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str, code: int = 2) -> None:
+    assert result.returncode == code, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for fragment in fragments:
@@ -152,7 +153,7 @@ def test_unreachable_triton_url(tmp_path: Path) -> None:
         port = sock.getsockname()[1]
     result = _run_cli("tune", str(model), "--triton-url", f"127.0.0.1:{port}", "--repository", str(tmp_path / "r"),
                       "--out", str(tmp_path / "run"), cwd=tmp_path)
-    _assert_one_line_error(result, f"127.0.0.1:{port}")
+    _assert_one_line_error(result, f"127.0.0.1:{port}", code=3)  # transient: the same command may pass later
     assert not (tmp_path / "r").exists()
 
 
@@ -330,9 +331,12 @@ def test_resume_reuses_builds_and_measurements_and_repeat_check_reports_agreemen
     expected = ("agree" if repeat["first"] == repeat["second"]
                 else "tie" if repeat["first"] in second_set or repeat["second"] in first_set else "disagree")
     assert repeat["verdict"] == expected, repeat
-    assert f"repeat check: first selection {repeat['first']}, second {repeat['second']}: {expected}" in second["decisions"]
-    shown = dict(verdict_lines(RunReport.model_validate(second)))["repeat check"]
-    assert shown.startswith(f"{expected}: first selection {repeat['first']}")
+    # Named by core.naming (name and id), the id the stable key.
+    saved = RunReport.model_validate(second)
+    first_named, second_named = (named_id(saved.candidates, repeat[k]) for k in ("first", "second"))
+    assert f"repeat check: first selection {first_named}, second {second_named}: {expected}" in second["decisions"]
+    shown = dict(verdict_lines(saved))["repeat check"]
+    assert shown.startswith(f"{expected}: first selection ") and f"({repeat['first']})" in shown
     assert not (tmp_path / "model_repository").exists()
 
 

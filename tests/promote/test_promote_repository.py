@@ -172,11 +172,13 @@ def test_pruning_only_below_the_serving_version(tmp_path: Path, config: model_co
     repo = tmp_path / "repo"
     for payload in "abcd":
         _promote(repo, config, make_writer, payload, keep_versions=2)
-    assert list_versions(repo / "m") == [1, 2, 3, 4]  # no serving version given: nothing pruned
+    # No serving version given (as tune promotes): the config served the two newest (latest 2), 2 and 3,
+    # before version 4; they stay, and only 1 goes (tests/promote/test_promote_pruning.py).
+    assert list_versions(repo / "m") == [2, 3, 4]
 
     result = _promote(repo, config, make_writer, "e", keep_versions=2, serving_version=2)
-    # Newest two are 4 and 5; 3 is newer than the serving 2 (may still be needed); only 1 goes.
-    assert result.pruned == [1] and list_versions(repo / "m") == [2, 3, 4, 5]
+    # Newest two are 4 and 5; 3 is newer than the serving 2 (may still be needed): nothing goes.
+    assert result.pruned == [] and list_versions(repo / "m") == [2, 3, 4, 5]
 
     result = _promote(repo, config, make_writer, "f", keep_versions=2, serving_version=5)
     assert result.pruned == [2, 3, 4] and list_versions(repo / "m") == [5, 6]

@@ -60,7 +60,7 @@ def test_markdown_promoted_baseline() -> None:
 
 
 def test_render_report_writes_files_and_replaces_stale_plots(rendered: Path, tmp_path: Path) -> None:
-    assert sorted(p.name for p in rendered.iterdir()) == ["plots", "report.json", "report.md"]
+    assert sorted(p.name for p in rendered.iterdir()) == ["plots", "report.csv", "report.json", "report.md"]
     assert (rendered / "report.md").read_text().startswith("# gpt-triton run")
     run_dir = tmp_path / "run"
     shutil.copytree(rendered, run_dir)
@@ -68,7 +68,7 @@ def test_render_report_writes_files_and_replaces_stale_plots(rendered: Path, tmp
     _write(run_dir, make_report(gain=None))
     assert render_report(run_dir) == run_dir / "report.md"
     assert not (run_dir / "plots" / "remeasurement.png").exists()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["plots", "report.json", "report.md"]  # no temp leftovers
+    assert sorted(p.name for p in run_dir.iterdir()) == ["plots", "report.csv", "report.json", "report.md"]  # no temp leftovers
     assert os.stat(run_dir / "report.md").st_mode & 0o044  # readable by others like any file we write
 
 

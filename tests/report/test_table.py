@@ -85,7 +85,7 @@ def test_selected_but_unconfirmed_pick_is_marked() -> None:
     text = dict(verdict_lines(report))
     assert text["decision"].startswith("promoted the baseline") and "c04" in text["decision"]
     # The re-measured gain is c04's, and nothing is paid back when the baseline is kept.
-    assert "-> c04 6.20 ms" in text["re-measured gain"]
+    assert "-> openvino (c04) 6.20 ms" in text["re-measured gain"]  # named, with the id as the key
     assert break_even_inferences(report) is None and text["break-even"].startswith("none: the baseline was kept")
 
 

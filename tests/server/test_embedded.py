@@ -172,3 +172,16 @@ def test_port_clash_is_retried_on_fresh_ports(tmp_path: Path, monkeypatch: pytes
             assert server.grpc_url == f"127.0.0.1:{calls[1][1]}" and calls[1][1] != held
             assert server.client().is_server_live()
         assert "already in use" in (tmp_path / "triton.log").read_text()
+
+
+def test_the_reason_skips_grpc_shutdown_noise(tmp_path: Path) -> None:
+    """gRPC may log an epoll error after Triton's own reason on a failed start; the reason is Triton's."""
+    from gpt_triton.server._embedded import last_error_line
+
+    log = tmp_path / "tritonserver.log"
+    log.write_text(
+        "E1203 23:19:01.123 4242 main.cc:123] invalid argument for --model-control-mode\n"
+        "E1203 23:19:01.124 4243 ev_epoll1_linux.cc:88] (event_engine) Epoll1Poller:0x55 encountered epoll_wait "
+        "error: Bad file descriptor\n"
+    )
+    assert last_error_line(log) == "invalid argument for --model-control-mode"
