@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gpt_triton.metrics.prometheus import PrometheusClient, render_prometheus_config
+from gpt_triton.metrics.prometheus import PrometheusClient, monitoring_dir, render_prometheus_config
 
 START_TIMEOUT_S = 30.0
 SETUP_HINT = "run `make setup` (it apt-installs prometheus and prometheus-pushgateway, which bring promtool)"
@@ -128,13 +129,24 @@ def prometheus_factory(tmp_path: Path) -> Iterator[Callable[..., PrometheusServi
 
     def start(
         *, triton_targets: list[str], pushgateway_targets: list[str] | None = None, scrape_interval: str = "1s",
+        labels: dict[str, str] | None = None, with_rules: bool = False,
     ) -> PrometheusService:
+        """``labels``: target labels on the Triton targets, as a ServiceMonitor's carry ``namespace`` on a
+        cluster; ``with_rules``: also evaluate the shipped recording and alert rules."""
         index = len(started)
-        config = tmp_path / f"prometheus-{index}.yml"
-        config.write_text(render_prometheus_config(
+        rules = []
+        if with_rules:
+            shutil.copy(monitoring_dir() / "rules.yml", tmp_path / "rules.yml")
+            rules = [str(tmp_path / "rules.yml")]
+        rendered = yaml.safe_load(render_prometheus_config(
             triton_targets=triton_targets, pushgateway_targets=pushgateway_targets,
-            scrape_interval=scrape_interval, rule_files=[],
+            scrape_interval=scrape_interval, rule_files=rules,
         ))
+        if labels:
+            triton = next(job for job in rendered["scrape_configs"] if job["job_name"] == "triton")
+            triton["static_configs"] = [{"targets": triton_targets, "labels": labels}]
+        config = tmp_path / f"prometheus-{index}.yml"
+        config.write_text(yaml.safe_dump(rendered))
         port = free_port()
         command = [
             _binary("prometheus"), f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
