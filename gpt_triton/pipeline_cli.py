@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = apply_overrides(load_spec(args.spec), args)
     shapes = dict(parse_shape_hint(text) for text in args.shape)
-    from gpt_triton.existing import served_model_options
+    from gpt_triton.served_model import served_model_options
 
     model, shapes, repository, baseline = served_model_options(
         args.model, args.model_repository, args.served_model, args.repository, args.model_name, shapes,

@@ -68,7 +68,7 @@ class TuneOptions:
     promote: bool = True
     pushgateway: str | None = None
     signing_key_file: str | None = None
-    # tune --model-repository: what production serves, planned as the baseline (gpt_triton.existing)
+    # tune --model-repository: what production serves, planned as the baseline (gpt_triton.served_model)
     baseline: BaselineRoute | None = None
 
 

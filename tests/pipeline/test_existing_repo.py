@@ -18,11 +18,11 @@ from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.deploy import model_config, write_version_files
 from gpt_triton.deploy.existing import read_existing
-from gpt_triton.existing import prepare_existing
 from gpt_triton.promote.repository import promote
 from gpt_triton.routes import OnnxRuntimeFamily
 from gpt_triton.routes._common import make_artifact
 from gpt_triton.search import CandidateSearch
+from gpt_triton.served_model import prepare_existing
 from gpt_triton.testing.models import build_tiny_mlp
 
 HAND_WRITTEN = """
