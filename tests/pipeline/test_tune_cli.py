@@ -40,7 +40,7 @@ FAST_SPEC = {
                 "remeasure_windows": 4, "bootstrap_resamples": 500,
                 # 200 requests per p99 window (600+ pooled over the minimum 3 windows keeps the tail bounded):
                 # the tests check the stages, not the tail estimate; the default 500 tripled their time.
-                "tail_requests": 2},
+                "tail_requests": 2, "finalist_windows": 3},
     "accuracy": {"synthetic_requests": 24, "default": {"max_abs": 0.5, "max_rel": 10.0}},
 }
 
