@@ -152,17 +152,24 @@ def _config_text(config: model_config_pb2.ModelConfig, model_name: str, version:
     return str(text_format.MessageToString(final))
 
 
+def _current_config(model_dir: Path) -> tuple[bool, model_config_pb2.ModelConfig | None]:
+    """(whether the model's config.pbtxt exists, the parsed config or None when it cannot be read)."""
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        return False, None
+    try:
+        return True, text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return True, None
+
+
 def _other_backend(model_dir: Path, config: model_config_pb2.ModelConfig) -> bool:
     """Whether the model's current config.pbtxt serves with another backend than ``config`` (a hand-written
     onnxruntime model re-tuned into gpt-triton's python adapter): its versions then cannot load under the new
     config, so only the new version is listed. An unreadable config counts as another backend."""
-    path = model_dir / CONFIG_FILE
-    if not path.is_file():
-        return False
-    try:
-        current = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError):
-        return True
+    exists, current = _current_config(model_dir)
+    if current is None:
+        return exists
     return (current.backend, current.platform) != (config.backend, config.platform)
 
 
@@ -170,12 +177,10 @@ def _served_versions(model_dir: Path) -> set[int] | None:
     """The versions Triton serves now, by the current config.pbtxt's version_policy (no policy: Triton's
     default, the newest one); None when the config cannot be read, so nothing is pruned."""
     versions = list_versions(model_dir)
-    path = model_dir / CONFIG_FILE
-    if not path.is_file():
+    exists, current = _current_config(model_dir)
+    if not exists:
         return set(versions[-1:])
-    try:
-        current = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError):
+    if current is None:
         return None
     policy = current.version_policy
     which = policy.WhichOneof("policy_choice")
@@ -189,12 +194,8 @@ def _served_versions(model_dir: Path) -> set[int] | None:
 def _pinned_version(model_dir: Path) -> int | None:
     """The oldest version a specific version policy in the current config.pbtxt lists (production held on
     it; newer listed ones are canaries), if that version still exists."""
-    path = model_dir / CONFIG_FILE
-    if not path.is_file():
-        return None
-    try:
-        current = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError):
+    current = _current_config(model_dir)[1]
+    if current is None:
         return None
     if current.version_policy.WhichOneof("policy_choice") != "specific":
         return None

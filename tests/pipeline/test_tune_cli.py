@@ -180,14 +180,20 @@ def _drop_permission_override() -> None:
             raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
 
 
+def permissions_apply() -> Callable[[], None] | None:
+    """The preexec_fn under which a CLI child meets file permissions: none needed unless we run as root
+    (as CI does); as root, root's permission override dropped (the test skips where it cannot be)."""
+    if os.geteuid() != 0:
+        return None
+    if not _effective_caps() >> CAP_SETPCAP & 1:
+        pytest.skip("root without CAP_SETPCAP cannot drop CAP_DAC_OVERRIDE, and with it writes anywhere")
+    return _drop_permission_override
+
+
 def test_unwritable_repository(tmp_path: Path) -> None:
     """A repository under a directory the user cannot write is refused before any work. CI runs as
     root, which permissions do not stop, so there the CLI runs without root's permission override."""
-    preexec = None
-    if os.geteuid() == 0:
-        if not _effective_caps() >> CAP_SETPCAP & 1:
-            pytest.skip("root without CAP_SETPCAP cannot drop CAP_DAC_OVERRIDE, and with it writes anywhere")
-        preexec = _drop_permission_override
+    preexec = permissions_apply()
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
     locked = tmp_path / "locked"
     locked.mkdir()

@@ -4,7 +4,6 @@ before any build, and the exit-code contract in --help. None of these start a Tr
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -15,41 +14,15 @@ import onnx
 import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
+from test_tune_cli import _assert_one_line_error, permissions_apply
 
 from gpt_triton.cli import main
 from gpt_triton.testing.models import build_tiny_mlp
 
-CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_SETPCAP, PR_CAPBSET_DROP = 1, 2, 8, 24
-
 
 def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:
-    preexec = None
-    if drop_root_override and os.geteuid() == 0:
-        status = Path("/proc/self/status").read_text()
-        caps = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
-        if not caps >> CAP_SETPCAP & 1:
-            pytest.skip("root without CAP_SETPCAP cannot drop CAP_DAC_OVERRIDE, and with it writes anywhere")
-        preexec = _drop_permission_override
     return subprocess.run([sys.executable, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, preexec_fn=preexec)
-
-
-def _drop_permission_override() -> None:
-    """preexec_fn: without CAP_DAC_OVERRIDE in its bounding set, a root child meets file permissions."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
-
-
-def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str, code: int = 2) -> None:
-    assert result.returncode == code, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+                          timeout=300, preexec_fn=permissions_apply() if drop_root_override else None)
 
 
 def _main_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

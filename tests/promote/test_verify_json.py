@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from gpt_triton.cli import build_parser
-from gpt_triton.core.errors import GptTritonError
 from gpt_triton.promote.repository import promote
 
+from .test_promote_verify_cli import run_verify
+
 Writer = Callable[[str], Callable[[Path], None]]
-
-
-def run_verify(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    args = build_parser().parse_args(["verify", *argv])
-    try:
-        code = args.func(args)
-    except GptTritonError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        code = exc.exit_code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
