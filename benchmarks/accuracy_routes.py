@@ -232,13 +232,15 @@ class Outcome:
 def run(
     workdir: Path, *, image: int = 160, requests: int = 48, batch: int = 1, heldout_fraction: float = 0.3,
     latency_rounds: int = 8, in_process: bool = False, candidates: Sequence[tuple[str, str, dict[str, Any]]] = CANDIDATES,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, widths: tuple[int, ...] | None = None,
 ) -> Outcome:
+    """``widths``: the CNN's stage widths (default: the builder's, a 25 MB model; tests pass narrower ones)."""
     from gpt_triton.routes import FAMILIES, BuildContext, Route
     from gpt_triton.testing.models import build_resnet_cnn
 
     workdir.mkdir(parents=True, exist_ok=True)
-    model_path = build_resnet_cnn(workdir / "resnet_cnn.onnx", image=image)
+    model_path = build_resnet_cnn(workdir / "resnet_cnn.onnx", image=image,
+                                  **({"widths": widths} if widths is not None else {}))
     info = inspect_model(model_path)
     shapes = resolve_shapes(info, {"images": [batch, 3, image, image]})
     ref = synthesize_reference(info, shapes, requests, seed=0)

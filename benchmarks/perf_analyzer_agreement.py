@@ -2,9 +2,12 @@
 
 For each example model (the ResNet-style CNN and conv_attention of ``examples/make_models.py``), a
 baseline and a winner are deployed on ONE embedded Triton and measured by both load clients in
-alternation, at concurrency 1: every round runs one window of each (client, candidate) pair, the
-clients' order flipping every round and the candidates' too, so drift of the shared machine falls on
-both clients alike. Printed side by side:
+alternation, at concurrency 1, once over gRPC and once over HTTP (``--protocol``; both clients speak
+the same one): every round runs one window of each (client, candidate) pair back to back, the clients'
+order flipping every round and the candidates' every other round. The comparisons are PAIRED BY ROUND:
+their 95% intervals come from a bootstrap over rounds (a resampled round keeps all four of its
+windows), so drift of the shared machine between rounds falls on both clients alike and only what
+differs within a round counts. Printed side by side:
 
 * the baseline/winner ratio (p50 and p99) each client finds, with its two-stage 95% interval, and the
   ratio of the two ratios (target: the tuner's within 5% of perf_analyzer's);
@@ -21,7 +24,7 @@ instead (their artifacts from ``RUN/report.json``). ``--tunes N`` first runs N t
 selection estimate against its re-measured gain (issue 16's target: within 5% in at least 4 of 5), then
 compares the last tune's baseline and winner with both clients.
 
-    .venv/bin/python benchmarks/perf_analyzer_agreement.py [--rounds 6] [--window 2] [--model resnet]
+    .venv/bin/python benchmarks/perf_analyzer_agreement.py [--rounds 20] [--window 1] [--model resnet] [--protocol http]
     .venv/bin/python benchmarks/perf_analyzer_agreement.py --tunes 5 --model both   # the whole issue
 """
 
@@ -45,7 +48,7 @@ from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample
-from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.measure.stats import window_ratio_interval
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
@@ -79,17 +82,23 @@ def server_ms(sample: WindowSample) -> float:
 
 
 def measure_pair(model_path: Path, baseline: Candidate, winner: Candidate, rounds: int, window_s: float,
-                 min_requests: int, clients: list[LoadClient]) -> dict[str, dict[str, list[WindowSample]]]:
+                 min_requests: int, tool: PerfAnalyzer, protocol: str) -> dict[str, dict[str, list[WindowSample]]]:
+    """``rounds`` rounds on one server; each round runs one window of every (client, candidate) pair,
+    back to back, in an order that flips every round (clients) and every other round (candidates), so
+    that the k-th window of every pair falls in the same stretch of the machine's time: the comparison
+    below pairs them by round."""
     info = inspect_model(model_path)
     shapes = resolve_shapes(info, {})
     rng = np.random.default_rng(0)
     requests = [{name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
                 for _ in range(8)]
-    out: dict[str, dict[str, list[WindowSample]]] = {c.name: {"baseline": [], "winner": []} for c in clients}
     load = LoadProfile(concurrency=1)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+            clients: list[LoadClient] = [BuiltinClient(protocol=protocol, http_url=server.http_url),
+                                         PerfAnalyzerClient(tool, protocol, server.http_url)]
+            out: dict[str, dict[str, list[WindowSample]]] = {c.name: {"baseline": [], "winner": []} for c in clients}
             names = {}
             for role, cand in (("baseline", baseline), ("winner", winner)):
                 assert cand.artifact is not None
@@ -103,50 +112,80 @@ def measure_pair(model_path: Path, baseline: Candidate, winner: Candidate, round
             for r in range(rounds):
                 order = clients if r % 2 == 0 else clients[::-1]
                 roles = ["baseline", "winner"] if (r // 2) % 2 == 0 else ["winner", "baseline"]
-                for client in order:
-                    for role in roles:
+                for role in roles:
+                    for client in order:
                         sample = client.window(server.grpc_url, names[role], requests, load, window_s, min_requests,
                                                metrics_url=server.metrics_url, seed=r, payload_start=r * 131)
                         out[client.name][role].append(sample)
-                        print(f"  round {r + 1} {client.name:13s} {role:8s} p50 {sample.result.p50_ms:7.3f} ms  "
+                        print(f"  round {r + 1:2d} {client.name:13s} {role:8s} p50 {sample.result.p50_ms:7.3f} ms  "
                               f"server {server_ms(sample):7.3f} ms  requests {sample.result.requests}", flush=True)
     return out
 
 
-def report(label: str, results: dict[str, dict[str, list[WindowSample]]]) -> None:
+Results = dict[str, dict[str, list[WindowSample]]]
+
+
+def pooled(results: Results, client: str, role: str, rounds: np.ndarray, stat: str) -> float:
+    samples = results[client][role]
+    values = np.concatenate([samples[int(r)].latencies_ms for r in rounds])
+    return float(np.percentile(values, 50 if stat == "p50" else 99))
+
+
+def paired_interval(results: Results, fn: Callable[[Results, np.ndarray], float], resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """Point and 95% percentile interval of ``fn`` under a bootstrap over ROUNDS: a resampled round keeps
+    all its windows (both clients, both candidates), so what drifts between rounds falls on every side
+    of the comparison alike and only what differs within a round widens the interval."""
+    count = min(len(by_role["baseline"]) for by_role in results.values())
+    point = fn(results, np.arange(count))
+    rng = np.random.default_rng(seed)
+    boot = np.array([fn(results, rng.integers(0, count, count)) for _ in range(resamples)])
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return point, float(low), float(high)
+
+
+def verdict(point: float, low: float, high: float) -> str:
+    inside = abs(point - 1) <= 0.05
+    held = low >= 0.95 and high <= 1.05
+    return ("within 5%" if inside else "OUTSIDE 5%") + ("; the whole interval too" if held else "")
+
+
+def report(label: str, results: Results) -> None:
     print(f"\n== {label}")
-    ratios: dict[str, dict[str, float]] = {}
-    p50s: dict[str, dict[str, float]] = {}
     for client, by_role in results.items():
-        base = [s.latencies_ms for s in by_role["baseline"]]
-        win = [s.latencies_ms for s in by_role["winner"]]
-        ratios[client] = {}
         for stat in ("p50", "p99"):
+            base = [s.latencies_ms for s in by_role["baseline"]]
+            win = [s.latencies_ms for s in by_role["winner"]]
             iv = window_ratio_interval(base, win, stat, 0.95, 1000)  # type: ignore[arg-type]
-            ratios[client][stat] = iv.value
             print(f"{client:13s} baseline/winner {stat} ratio {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
                   f"({sum(b.size for b in base)} + {sum(w.size for w in win)} requests)")
-        p50s[client] = {}
         for role, samples in by_role.items():
-            pooled = np.concatenate([s.latencies_ms for s in samples])
+            values = np.concatenate([s.latencies_ms for s in samples])
             # Triton reports a mean per request (cumulative durations / count), so the overhead compares
             # means: client mean - server mean is what the client and the network add per request.
             counts = np.array([s.latencies_ms.size for s in samples], dtype=float)
             served = float(np.average([server_ms(s) for s in samples], weights=counts))
-            p50s[client][role] = float(np.percentile(pooled, 50))
-            mean = float(pooled.mean())
-            print(f"{client:13s} {role:8s} client p50 {p50s[client][role]:7.3f} ms, mean {mean:7.3f} ms; "
+            mean = float(values.mean())
+            print(f"{client:13s} {role:8s} client p50 {np.percentile(values, 50):7.3f} ms, mean {mean:7.3f} ms; "
                   f"server-side mean {served:7.3f} ms -> client overhead {mean - served:6.3f} ms per request "
                   f"({100 * (mean / served - 1):.1f}% of the server's time)")
-    if "builtin" in ratios and "perf_analyzer" in ratios:
-        for stat in ("p50", "p99"):
-            agree = ratios["builtin"][stat] / ratios["perf_analyzer"][stat]
-            print(f"gain agreement ({stat}): builtin / perf_analyzer = {agree:.3f} "
-                  f"({'within' if abs(agree - 1) <= 0.05 else 'OUTSIDE'} 5%)")
-        for role in ("baseline", "winner"):
-            rel = p50s["builtin"][role] / p50s["perf_analyzer"][role]
-            print(f"client p50 ({role}): builtin / perf_analyzer = {rel:.3f} "
-                  f"({'within' if abs(rel - 1) <= 0.05 else 'OUTSIDE'} 5%)")
+    if "builtin" not in results or "perf_analyzer" not in results:
+        return
+    print("paired by round (bootstrap over rounds, 95%):")
+    for stat in ("p50", "p99"):
+        def agreement(res: Results, rounds: np.ndarray, stat: str = stat) -> float:
+            gains = {c: pooled(res, c, "baseline", rounds, stat) / pooled(res, c, "winner", rounds, stat)
+                     for c in ("builtin", "perf_analyzer")}
+            return gains["builtin"] / gains["perf_analyzer"]
+        point, low, high = paired_interval(results, agreement)
+        print(f"gain agreement ({stat}): builtin / perf_analyzer = {point:.3f} [{low:.3f}, {high:.3f}] "
+              f"({verdict(point, low, high)})")
+    for role in ("baseline", "winner"):
+        def client_p50(res: Results, rounds: np.ndarray, role: str = role) -> float:
+            return pooled(res, "builtin", role, rounds, "p50") / pooled(res, "perf_analyzer", role, rounds, "p50")
+        point, low, high = paired_interval(results, client_p50)
+        print(f"client p50 ({role}): builtin / perf_analyzer = {point:.3f} [{low:.3f}, {high:.3f}] "
+              f"({verdict(point, low, high)})")
 
 
 def tunes(model: Path, spec: Path, count: int, root: Path) -> Path | None:
@@ -176,6 +215,9 @@ def tunes(model: Path, spec: Path, count: int, root: Path) -> Path | None:
         print(f"  tune {k + 1}: {took:.0f} s; selected {report.selected_id}; selection estimate "
               f"{gain.selection_estimate_ratio:.3f}, re-measured {gain.metric} gain {gain.ratio.value:.3f} "
               f"[{gain.ratio.low:.3f}, {gain.ratio.high:.3f}]: estimate / gain - 1 = {100 * off:+.1f}%", flush=True)
+        for line in report.decisions:  # how well each side knew the gain (measure.gain_precision)
+            if "target +/-" in line:
+                print(f"      {line}")
     met = sum(1 for r in rows if r is not None and abs(r) <= 0.05)
     print(f"  selection estimate within 5% of the re-measured gain in {met} of {len(rows)} tunes")
     return last
@@ -185,21 +227,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=[*BUILDERS, "both"], default="both")
     parser.add_argument("--run-dir", type=Path, default=None, help="compare a finished tune's baseline and winner")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--window", type=float, default=2.0, help="seconds per window")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--window", type=float, default=1.0, help="seconds per window")
     parser.add_argument("--min-requests", type=int, default=100)
     parser.add_argument("--tunes", type=int, default=0, help="first run this many tunes per model (see above)")
+    parser.add_argument("--protocol", choices=["grpc", "http", "both"], default="both",
+                        help="how both clients reach Triton (measure.protocol); both: one comparison each")
     parser.add_argument("--spec", type=Path, default=Path(__file__).resolve().parents[1] / "examples" / "demo.yaml")
     args = parser.parse_args()
     tool = find_perf_analyzer(required=True)
     assert tool is not None
     print(f"{tool.version()} at {tool.binary}")
-    clients: list[LoadClient] = [BuiltinClient(), PerfAnalyzerClient(tool)]
+    protocols = ["grpc", "http"] if args.protocol == "both" else [args.protocol]
     start = time.monotonic()
+
+    def compare(label: str, model: Path, baseline: Candidate, winner: Candidate) -> None:
+        for protocol in protocols:
+            print(f"\n{label}: {baseline.id} (baseline) vs {winner.id} over {protocol}, {args.rounds} rounds of "
+                  f"{args.window} s windows per client and candidate", flush=True)
+            report(f"{label} over {protocol}", measure_pair(model, baseline, winner, args.rounds, args.window,
+                                                            args.min_requests, tool, protocol))
+
     if args.run_dir is not None:
         model, baseline, winner = from_run(args.run_dir)
-        report(f"{args.run_dir}: {baseline.id} vs {winner.id}",
-               measure_pair(model, baseline, winner, args.rounds, args.window, args.min_requests, clients))
+        compare(str(args.run_dir), model, baseline, winner)
     else:
         for name in (BUILDERS if args.model == "both" else [args.model]):
             with tempfile.TemporaryDirectory() as tmp:
@@ -211,11 +262,8 @@ def main() -> None:
                     run_dir = tunes(path, args.spec, args.tunes, Path(tmp))
                     if run_dir is not None:
                         _, baseline, winner = from_run(run_dir)
-                print(f"\n{name}: {baseline.id} (baseline) vs {winner.id}, {args.rounds} rounds of "
-                      f"{args.window} s windows per client and candidate", flush=True)
-                report(name, measure_pair(path, baseline, winner, args.rounds, args.window, args.min_requests,
-                                          clients))
-    print(f"\ntotal {time.monotonic() - start:.0f} s; record: " + json.dumps({"rounds": args.rounds, "window_s": args.window}))
+                compare(name, path, baseline, winner)
+    print(f"\ntotal {time.monotonic() - start:.0f} s; record: " + json.dumps({"rounds": args.rounds, "window_s": args.window, "protocols": protocols}))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def measurer(run: Run, server: TritonServer, advance: Advance) -> Measurer:
     specs, the server's metrics for the server-side breakdown."""
     spec = run.spec
     return Measurer(server.grpc_url, run.tuning.inputs, spec.measure, spec.objective, metrics_url=server.metrics_url,
-                    progress=advance, processes=spec.measure.client_processes)
+                    progress=advance, processes=spec.measure.client_processes, http_url=server.http_url or None)
 
 
 def unusable_families(spec: TuneSpec, server: TritonServer) -> dict[str, str]:

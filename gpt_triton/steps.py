@@ -96,18 +96,30 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
     objective = run.spec.objective.model_copy(update={"load_index": 0})
     run.decide(f"finalists: {', '.join(named(c) for c in group)} (search winner {named_id(group, first.winner_id)}, "
                f"{len(first.ties)} tied with it) judged again together, up to {windows} windows each")
+    notes: list[str] = []
     with serve(run, copies, "finalists", "_f") as (server, loaded), \
             run.progress.bar(f"finalists: judging {len(loaded)} candidates (windows)", None) as advance:
-        judged = Measurer(server.grpc_url, run.tuning.inputs, stage, objective, metrics_url=server.metrics_url,
-                          progress=advance, processes=spec.client_processes, seed=4_243).measure(loaded, until_separated=True)
+        judge = Measurer(server.grpc_url, run.tuning.inputs, stage, objective, metrics_url=server.metrics_url,
+                         progress=advance, processes=spec.client_processes, seed=4_243,
+                         http_url=server.http_url or None)
+        judged = judge.measure(loaded, until_separated=True)
+        run.apply(copies, judged.outcomes)
+        final = select([c for c in copies if c.status == "measured"], objective,
+                       lambda c: candidate_eligible(c, run.spec.accuracy),
+                       [judged.contrasts] if judged.contrasts else [], spec.confidence)
+        baseline = next((c.id for c in copies if c.is_baseline), None)
+        if final.winner_id is not None and baseline is not None and final.winner_id != baseline:
+            # Separated (or tied and broken) says who; the gain selection reports is then measured to
+            # measure.gain_precision with the selected candidate and the baseline, on this server.
+            refined = judge.refine(loaded, (baseline, final.winner_id), judged.objective_samples, notes)
+            if refined is not None:
+                final.estimate_ratio = refined.ratio.value
     for line in judged.log:
         run.decide(f"finalists: {line}")
-    run.apply(copies, judged.outcomes)
-    final = select([c for c in copies if c.status == "measured"], objective,
-                   lambda c: candidate_eligible(c, run.spec.accuracy),
-                   [judged.contrasts] if judged.contrasts else [], spec.confidence)
     for line in final.log:
         run.decide(f"finalists: select: {line}")
+    for line in notes:
+        run.decide(line)
     if final.winner_id is None:
         run.decide("finalists: no finalist was measured again: the search's selection stands")
         return first
@@ -131,7 +143,10 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         if len(loaded) != len(contenders):
             return None
         with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
-            results = measurer(run, server, advance).remeasure(contenders)
+            notes: list[str] = []
+            results = measurer(run, server, advance).remeasure(contenders, (baseline.id, winner.id), notes)
+    for line in notes:
+        run.decide(line)
     win_value = objective_value(winner.latency, spec.objective)
     base_value = objective_value(baseline.latency, spec.objective)
     if estimate is None:

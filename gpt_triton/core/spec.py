@@ -69,6 +69,10 @@ class MeasureSpec(_Strict):
     # The load client: the built-in gRPC generator, or NVIDIA's perf_analyzer binary (make setup fetches it;
     # GPT_TRITON_PERF_ANALYZER overrides where it is), so any figure can be cross-checked with it.
     client: Literal["builtin", "perf_analyzer"] = "builtin"
+    # How the load reaches Triton, as production's clients send it. http: the built-in client's concurrency-1
+    # loop is a raw keep-alive socket with binary tensors (about a third of Python gRPC's client CPU per
+    # request, less than perf_analyzer's; gpt_triton/measure/http_lean.py); perf_analyzer runs with -i http.
+    protocol: Literal["grpc", "http"] = "grpc"
     # Requests beyond the objective's quantile each window holds (p99 with 5: 500 requests per window).
     tail_requests: Annotated[int, Field(ge=1)] = 5
     # After racing, the tie group (or the top `finalists` by point estimate) plus the baseline are judged
@@ -76,6 +80,11 @@ class MeasureSpec(_Strict):
     finalists: Annotated[int, Field(ge=0)] = 3  # 0: no finalist stage
     finalist_windows: Annotated[int | None, Field(ge=3)] = None
     max_finalists: Annotated[int, Field(ge=2)] = 6
+    # The finalist stage and the re-measure go on with the leader and the baseline until their objective
+    # ratio's 95% interval is within +/- gain_precision (relative), or each has gain_max_windows windows:
+    # a gain is claimed at a known width (gpt_triton/measure/gain_precision.py). 0: no extension.
+    gain_precision: Annotated[float, Field(ge=0, lt=1)] = 0.03
+    gain_max_windows: Annotated[int, Field(ge=3)] = 24
 
     @model_validator(mode="after")
     def _window_counts(self) -> MeasureSpec:

@@ -49,8 +49,11 @@ def deploy_candidates(
 
 
 def unload_candidates(server: TritonServer, candidates: Sequence[Candidate]) -> None:
-    """Unload what :func:`deploy_candidates` loaded; a model already gone is no error."""
-    for candidate in candidates:
-        if candidate.deploy is not None:
-            with contextlib.suppress(Exception):  # unloading is tidying up; the server may be gone already
-                server.unload(candidate.deploy.model_name)
+    """Unload what :func:`deploy_candidates` loaded, all at once; a model already gone is no error."""
+    names = [c.deploy.model_name for c in candidates if c.deploy is not None]
+    try:
+        server.unload_many(names)
+    except Exception:  # unloading is tidying up; the server may be gone, or one model already unloaded
+        for name in names:
+            with contextlib.suppress(Exception):
+                server.unload(name)

@@ -40,12 +40,15 @@ class BuiltinClient(LoadClient):
 
     name = "builtin"
 
-    def __init__(self, processes: int = 1) -> None:
+    def __init__(self, processes: int = 1, protocol: str = "grpc", http_url: str | None = None) -> None:
         self.processes = processes
+        self.protocol = protocol  # statistics are read over gRPC whatever the load's protocol
+        self.http_url = http_url
 
     def window(self, grpc_url: str, model_name: str, requests: Sequence[dict[str, np.ndarray]], load: LoadProfile,
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
                metrics_url: str | None = None, seed: int = 0, payload_start: int = 0) -> WindowSample:
         return run_window(grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs,
-                          metrics_url=metrics_url, processes=self.processes, seed=seed, payload_start=payload_start)
+                          metrics_url=metrics_url, processes=self.processes, seed=seed, payload_start=payload_start,
+                          protocol=self.protocol, http_url=self.http_url)
 

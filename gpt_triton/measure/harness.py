@@ -30,6 +30,7 @@ from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
+from gpt_triton.measure.gain_precision import GainPrecision, gain_precision, precision_note
 from gpt_triton.measure.loadgen import WindowSample, pinned
 from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.measure.quantiles import sizing_note, window_requests
@@ -47,13 +48,14 @@ from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
 
 
-def load_client(name: str, processes: int = 1) -> LoadClient:
-    """The client ``measure.client`` names; perf_analyzer must be installed (``make setup`` fetches it)."""
+def load_client(name: str, processes: int = 1, protocol: str = "grpc", http_url: str | None = None) -> LoadClient:
+    """The client ``measure.client`` names, speaking ``measure.protocol``; perf_analyzer must be installed
+    (``make setup`` fetches it)."""
     if name == "perf_analyzer":
         tool = find_perf_analyzer(required=True)
         assert tool is not None  # required=True raises instead
-        return PerfAnalyzerClient(tool)
-    return BuiltinClient(processes)
+        return PerfAnalyzerClient(tool, protocol, http_url)
+    return BuiltinClient(processes, protocol, http_url)
 
 
 @dataclass
@@ -77,6 +79,9 @@ class MeasureRun:
     race_windows: dict[str, list[RaceWindow]]
     machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
     windows: int  # windows this run took, warm-ups included
+    # The objective load's windows per representative, for a later step on the same server (the
+    # finalist stage's pair refinement).
+    objective_samples: dict[str, list[WindowSample]] = field(default_factory=dict)
 
 
 @dataclass
@@ -114,6 +119,7 @@ class Measurer:
         seed: int = 0,
         race_after: int = 1,
         client: LoadClient | None = None,
+        http_url: str | None = None,
     ) -> None:
         if not requests:
             raise GptTritonError("no requests to measure with: the tuning split is empty")
@@ -131,7 +137,7 @@ class Measurer:
         self.outputs = list(outputs) if outputs else None
         self.seed = seed
         # Who sends the requests: measure.client (the built-in generator or perf_analyzer), or the caller's.
-        self.client = client if client is not None else load_client(spec.client, processes)
+        self.client = client if client is not None else load_client(spec.client, processes, spec.protocol, http_url)
         # Racing may drop after this many interleaved rounds; never before every candidate has one full
         # window (the interval is drift-pooled across candidates, so it does not need min_windows each).
         self.race_after = max(1, race_after)
@@ -284,6 +290,55 @@ class Measurer:
                 self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows (max_windows)")
         return run
 
+    def _until_precise(self, run: _Run, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
+                       log: list[str], doing: str) -> GainPrecision | None:
+        """Go on with ``pair`` = (baseline, leader), alternating which goes first, until the ratio of their
+        objective is known to ``gain_precision`` or each has ``gain_max_windows`` windows; the windows
+        join ``run`` (its statistics and drift model). See :mod:`gpt_triton.measure.gain_precision`."""
+        target, cap = self.spec.gain_precision, self.spec.gain_max_windows
+
+        def check() -> GainPrecision | None:
+            return gain_precision([s.latencies_ms for s in run.samples[pair[0]]],
+                                  [s.latencies_ms for s in run.samples[pair[1]]], self.objective.metric, target,
+                                  seed=self.seed + self._windows_run)
+
+        found = check()
+        round_no = max(len(samples) for samples in run.samples.values())
+        while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap:
+            round_no += 1
+            for cid in (pair if round_no % 2 else pair[::-1]):
+                try:
+                    sample = self._window(models[cid], load, self.spec.window_s, self.window_min_requests)
+                except GptTritonError as exc:
+                    run.failed[cid] = str(exc)
+                    self._say(log, f"{doing}: {cid}: measurement failed at {load.label()}: {exc}")
+                    return found
+                self.window_order.append((cid, load.label()))
+                run.samples[cid].append(sample)
+                self._record(run, cid, round_no, sample)
+            found = check()
+        self._say(log, precision_note(doing, pair, found, target))
+        return found
+
+    def refine(self, candidates: Sequence[Candidate], pair: tuple[str, str], samples: dict[str, list[WindowSample]],
+               log: list[str], doing: str = "finalists") -> GainPrecision | None:
+        """Continue a run on the same server with ``pair`` = (baseline, selected) from its ``samples`` (a
+        :class:`MeasureRun`'s ``objective_samples``) until their ratio is known to ``gain_precision``; the
+        returned interval pools the run's windows and the new ones (None: not a latency objective,
+        ``gain_precision`` 0, or fewer than 3 windows each)."""
+        if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
+            return None
+        models = {c.id: c.deploy.model_name for c in candidates if c.id in pair and c.deploy is not None}
+        if set(models) != set(pair):
+            raise GptTritonError(f"{doing}: {', '.join(sorted(set(pair) - set(models)))} is not deployed")
+        run = _Run(samples={cid: list(samples.get(cid, [])) for cid in pair})
+        with pinned(self.server_pid):
+            found = self._until_precise(run, models, pair, self.spec.loads[self.objective.load_index], log, doing)
+        if run.failed:
+            cid, why = next(iter(run.failed.items()))
+            raise GptTritonError(f"{doing}: {cid} failed: {why}")
+        return found
+
     def measure(self, candidates: Sequence[Candidate], until_separated: bool = False) -> MeasureRun:
         """Measure every deployed candidate at every load in ``spec.loads``. Candidates are read, never
         changed: each gets a :class:`MeasureOutcome` (``measured``, or ``failed`` with the reason).
@@ -351,7 +406,8 @@ class Measurer:
         windows = self._windows_run - windows_before
         self._say(log, f"measured {len(reps)} distinct candidates in {windows} windows (warm-ups included)")
         return MeasureRun(outcomes=outcomes, log=log, contrasts=contrasts_from_fit(fit, aliases) if fit else None,
-                          race_windows=race_windows, machine_sharing=sharing, windows=windows)
+                          race_windows=race_windows, machine_sharing=sharing, windows=windows,
+                          objective_samples=runs[obj_index].samples)
 
     def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> _Run:
         """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds
@@ -376,12 +432,22 @@ class Measurer:
         the order run, for :func:`gpt_triton.measure.racing.drift_fit` (a judge of finalists)."""
         return self._separate_run(candidates, windows, True, "comparing").windows
 
-    def remeasure(self, candidates: Sequence[Candidate]) -> dict[str, RemeasureResult]:
+    def remeasure(self, candidates: Sequence[Candidate], pair: tuple[str, str] | None = None,
+                  log: list[str] | None = None) -> dict[str, RemeasureResult]:
         """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
-        objective's load, with fresh seeds; the basis for the gain's interval."""
+        objective's load, with fresh seeds; the basis for the gain's interval. With ``pair`` = (baseline,
+        winner) the two go on until their ratio is known to ``gain_precision`` (or the window cap); the
+        decision lines go to ``log``."""
         # A, B, C, A, B, C: the classic alternation, not shuffled
         run = self._separate_run(candidates, self.spec.remeasure_windows, False, "re-measuring")
         load = self.spec.loads[self.objective.load_index]
+        if pair is not None and self.spec.gain_precision > 0 and self.objective.metric != "throughput":
+            models = {c.id: c.deploy.model_name for c in candidates if c.deploy is not None}
+            with pinned(self.server_pid):
+                self._until_precise(run, models, pair, load, log if log is not None else [], "re-measure")
+            if run.failed:
+                cid, why = next(iter(run.failed.items()))
+                raise GptTritonError(f"re-measuring {cid} failed: {why}")
         out = {}
         for cid, samples in run.samples.items():
             stats = summarise(load, samples, self.spec.stability, self.spec.confidence,

@@ -165,14 +165,23 @@ def read_csv_p50_ms(path: Path) -> float | None:
     return float(rows[0]["p50 latency"]) / 1e3 if rows and rows[0].get("p50 latency") else None
 
 
+TRIAL_REQUESTS = 5  # requests each of a top-up run's three time windows should hold at the observed rate
+_NO_REQUESTS = "No valid requests recorded"
+
+
 class PerfAnalyzerClient(LoadClient):
     """Each window is one perf_analyzer run (see the module docstring). perf_analyzer asks for every
     output (``outputs`` is not used) and draws its own arrivals (nor is ``seed``)."""
 
     name = "perf_analyzer"
 
-    def __init__(self, tool: PerfAnalyzer) -> None:
+    def __init__(self, tool: PerfAnalyzer, protocol: str = "grpc", http_url: str | None = None) -> None:
+        if protocol == "http" and not http_url:
+            raise GptTritonError("measure.protocol is http but the server's HTTP endpoint is unknown: use "
+                                 "measure.protocol grpc")
         self.tool = tool
+        self.protocol = protocol  # perf_analyzer's -i; statistics are read over gRPC either way
+        self.http_url = http_url
         self.last_csv_p50_ms: float | None = None  # perf_analyzer's own p50 of the last window
 
     def window(self, grpc_url: str, model_name: str, requests: Sequence[dict[str, np.ndarray]], load: LoadProfile,
@@ -204,7 +213,9 @@ class PerfAnalyzerClient(LoadClient):
                             break
                         span_s = max((timed[-1][1] - timed[0][0]) / 1e9, 1e-3) if timed else duration_s
                         rate = max(len(timed), 1) / span_s
-                        length = max(0.3, 1.2 * (min_requests - len(timed)) / rate)
+                        # Each of the run's three time windows must hold a few requests: perf_analyzer
+                        # fails a window that records none (a 100 ms window of a 70 ms model did).
+                        length = max(0.3, 3 * TRIAL_REQUESTS / rate, 1.2 * (min_requests - len(timed)) / rate)
                     snapshots.take("after", sent)
                     server = snapshots.server_breakdown()
             except InferenceServerException as exc:
@@ -220,11 +231,16 @@ class PerfAnalyzerClient(LoadClient):
              duration_s: float) -> list[tuple[int, int]]:
         export, report = folder / f"export{attempt}.json", folder / f"report{attempt}.csv"
         interval_ms = max(100, int(math.ceil(duration_s * 1000 / 3)))
-        args = ["-m", model_name, "-u", grpc_url, "-i", "grpc", "-b", str(batch), *flags,
+        url = self.http_url if self.protocol == "http" and self.http_url else grpc_url
+        args = ["-m", model_name, "-u", url, "-i", self.protocol, "-b", str(batch), *flags,
                 "--input-data", str(folder / "input.json"), "--measurement-mode", "time_windows",
                 "-p", str(interval_ms), "--max-trials", "3", "--stability-percentage", "1000",
                 "-f", str(report), "--profile-export-file", str(export)]
         done = self.tool.run(args, timeout_s=duration_s * 10 + 120)
+        if done.returncode != 0 and _NO_REQUESTS in (done.stderr + done.stdout) and duration_s < 60:
+            # A window too short for one request at the model's current speed (a loaded machine slows
+            # it): longer windows, not a failed candidate.
+            return self._run(folder, attempt, grpc_url, model_name, batch, flags, duration_s * 4)
         if done.returncode != 0 or not export.is_file():
             raise GptTritonError(f"perf_analyzer failed on {model_name!r} (exit {done.returncode}): "
                                  f"{_last_line(done.stderr or done.stdout)}")

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as aioclient
+import tritonclient.http.aio as httpaio
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype, serialize_byte_tensor
 
@@ -44,6 +45,8 @@ class Job:
     payload_start: int = 0  # closed loop: where this generator starts cycling through the payloads
     indices: np.ndarray | None = None  # open loop: the payload of each arrival (a replay trace's own)
     drain_timeout_s: float = 30.0
+    protocol: str = "grpc"  # measure.protocol: how the load reaches Triton (statistics always come over gRPC)
+    http_url: str | None = None  # the server's HTTP endpoint, for protocol http
 
 
 @dataclass
@@ -60,10 +63,10 @@ class Raw:
     last_send: float = 0.0
 
 
-def _inputs(payload: dict[str, np.ndarray]) -> list[aioclient.InferInput]:
+def _inputs(payload: dict[str, np.ndarray], module: Any = aioclient) -> list[Any]:
     out = []
     for name, array in payload.items():
-        item = aioclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        item = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         item.set_data_from_numpy(np.ascontiguousarray(array))
         out.append(item)
     return out
@@ -96,48 +99,62 @@ def drive_lean(job: Job, before_start: Callable[[], float | None] | None = None)
         raise ValueError("drive_lean runs a closed loop at concurrency 1 only")
     channel = grpc.insecure_channel(job.grpc_url, options=_LEAN_OPTIONS)
     infer = channel.unary_unary(_MODEL_INFER)  # no (de)serialisers: bytes in, bytes out
-    raw = Raw()
     try:
         wire = [serialised_request(job.model_name, p, job.outputs) for p in job.payloads]
-        try:  # untimed probe: opens the HTTP/2 channel so the first timed request does not pay for it
-            infer(wire[job.payload_start % len(wire)])
-        except grpc.RpcError as exc:
-            raw.first_error = str(exc.details())  # type: ignore[attr-defined]
-        start = before_start() if before_start is not None else None
-        raw.start = start if start is not None else time.monotonic()
-        hard_stop = raw.start + max(10 * job.duration_s, job.duration_s + 60.0)
-        latencies, clock, count = raw.latencies_ms, time.monotonic, len(wire)
-        index = job.payload_start
-        while True:
-            sent = clock()
-            if (sent - raw.start >= job.duration_s and len(latencies) + raw.errors >= job.min_requests) \
-                    or sent >= hard_stop:
-                break
-            try:
-                infer(wire[index % count])
-            except grpc.RpcError as exc:
-                raw.errors += 1
-                raw.first_error = raw.first_error or str(exc.details())  # type: ignore[attr-defined]
-            else:
-                latencies.append((clock() - sent) * 1e3)
-            index += 1
-        raw.sent = len(latencies) + raw.errors
-        raw.end = raw.last_send = clock()
-        return raw
+        return lean_loop(job, lambda index: infer(wire[index % len(wire)]), (grpc.RpcError,),
+                         lambda exc: str(exc.details()), before_start)  # type: ignore[attr-defined]
     finally:
         channel.close()
+
+
+def lean_loop(job: Job, call: Callable[[int], object], failures: tuple[type[BaseException], ...],
+              describe: Callable[[Any], str], before_start: Callable[[], float | None] | None = None) -> Raw:
+    """The timed loop of the lean clients: ``call(index)`` sends payload ``index`` and blocks until its
+    response; an exception in ``failures`` is a failed request (``describe`` words it). One untimed
+    probe first opens the connection, so the first timed request does not pay for it."""
+    raw = Raw()
+    try:
+        call(job.payload_start)
+    except failures as exc:
+        raw.first_error = describe(exc)
+    start = before_start() if before_start is not None else None
+    raw.start = start if start is not None else time.monotonic()
+    hard_stop = raw.start + max(10 * job.duration_s, job.duration_s + 60.0)
+    latencies, clock = raw.latencies_ms, time.monotonic
+    index = job.payload_start
+    while True:
+        sent = clock()
+        if (sent - raw.start >= job.duration_s and len(latencies) + raw.errors >= job.min_requests) \
+                or sent >= hard_stop:
+            break
+        try:
+            call(index)
+        except failures as exc:
+            raw.errors += 1
+            raw.first_error = raw.first_error or describe(exc)
+        else:
+            latencies.append((clock() - sent) * 1e3)
+        index += 1
+    raw.sent = len(latencies) + raw.errors
+    raw.end = raw.last_send = clock()
+    return raw
 
 
 async def drive(job: Job, before_start: Callable[[], Awaitable[float | None]] | None = None) -> Raw:
     """Run one generator's share of a window. ``before_start`` runs after the channel is warm and
     before the clock starts (snapshots, or the multi-process start barrier); a float it returns is the
     common start time."""
-    client = aioclient.InferenceServerClient(job.grpc_url)
+    http = job.protocol == "http"
+    if http and not job.http_url:
+        raise ValueError("protocol http needs the server's HTTP endpoint (Job.http_url)")
+    module: Any = httpaio if http else aioclient
+    client = module.InferenceServerClient(job.http_url if http else job.grpc_url)
     raw = Raw()
     try:
         # Converted once: building InferInputs per send would cost client CPU inside the timed window.
-        prepared = [_inputs(p) for p in job.payloads]
-        outputs = [aioclient.InferRequestedOutput(n) for n in job.outputs] if job.outputs else None
+        # (HTTP inputs go binary by default, and with no outputs named the client asks for binary ones.)
+        prepared = [_inputs(p, module) for p in job.payloads]
+        outputs = [module.InferRequestedOutput(n) for n in job.outputs] if job.outputs else None
         try:  # untimed probe: opens the HTTP/2 channel so the first timed request does not pay for it
             await client.infer(job.model_name, prepared[job.payload_start % len(prepared)], outputs=outputs)
         except InferenceServerException as exc:

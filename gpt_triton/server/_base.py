@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -131,11 +132,21 @@ class TritonServer(ABC):
 
     def unload(self, name: str, timeout_s: float = UNLOAD_TIMEOUT_S) -> None:
         """Unload ``name`` and wait until Triton has really released it (its stub process exited)."""
-        try:
-            self.client().unload_model(name)
-        except InferenceServerException as exc:
-            raise GptTritonError(f"Triton could not unload model {name!r}: {_exception_text(exc)}") from exc
+        self.unload_many([name], timeout_s)
+
+    def unload_many(self, names: Sequence[str], timeout_s: float = UNLOAD_TIMEOUT_S) -> None:
+        """Ask Triton to unload every one of ``names``, then wait until each is released: the stub
+        processes exit together instead of one after another (~1.3 s each here)."""
+        for name in names:
+            try:
+                self.client().unload_model(name)
+            except InferenceServerException as exc:
+                raise GptTritonError(f"Triton could not unload model {name!r}: {_exception_text(exc)}") from exc
         deadline = time.monotonic() + timeout_s
+        for name in names:
+            self._wait_released(name, deadline, timeout_s)
+
+    def _wait_released(self, name: str, deadline: float, timeout_s: float) -> None:
         while True:
             state, _ = self.model_state(name)
             # Models loaded with a config override are missing from the index: readiness covers them.

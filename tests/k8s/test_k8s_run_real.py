@@ -15,10 +15,14 @@ import pytest
 from gpt_triton.k8s import bundle
 from gpt_triton.server import EmbeddedTriton
 
+# The quickest whole tune: the baseline alone (so no finalist stage or re-measure either), short windows of 200
+# requests (2 beyond the p99; 600+ over the 3 windows bound its tail). What is tested is the Job's side:
+# remote mode, the run directory, the bundle of the promoted version.
 SPEC = """\
-search: {mode: fast, max_builds: 2}
-measure: {warmup_s: 0.2, window_s: 0.5, window_min_requests: 20, min_windows: 3, max_windows: 4,
-          remeasure_windows: 3, bootstrap_resamples: 200}
+search: {mode: fast, max_builds: 1}
+families: {openvino: {enabled: false}, graph: {enabled: false}}
+measure: {warmup_s: 0.2, window_s: 0.2, window_min_requests: 20, min_windows: 3, max_windows: 4,
+          bootstrap_resamples: 200, tail_requests: 2}
 accuracy: {synthetic_requests: 16}
 """
 

@@ -9,7 +9,8 @@ from delay_model import write_delay_model
 from gpt_triton.server import EmbeddedTriton
 
 # name -> seconds of sleep per request (one instance: capacity ~ 1/delay requests/s)
-DELAYS = {"measure_fast": 0.0, "measure_fast_b": 0.0, "measure_slow20": 0.020, "measure_slow30": 0.030}
+DELAYS = {"measure_fast": 0.0, "measure_fast_b": 0.0, "measure_slow20": 0.020, "measure_slow30": 0.030,
+          "measure_slow250": 0.250}
 
 
 @pytest.fixture(scope="session")

@@ -185,3 +185,48 @@ def test_until_separated_keeps_going_past_stability(delay_models: EmbeddedTriton
     ended = (any("cannot be separated" in line for line in run.log) or a.reason or b.reason
              or len(a.latency[0].windows) == len(b.latency[0].windows) == 5)
     assert ended
+
+
+@pytest.mark.slow
+def test_remeasure_goes_on_with_the_pair_until_the_gain_is_known(delay_models: EmbeddedTriton,
+                                                                  requests_x: list) -> None:
+    base, win, other = cand("base", "measure_slow20"), cand("win", "measure_fast"), cand("other", "measure_fast_b")
+    base.is_baseline = True
+    objective = ObjectiveSpec(metric="p50")
+    # An unreachable target: the pair goes on to the window cap, the third candidate stops at 3.
+    m = Measurer(delay_models.grpc_url, requests_x, spec(gain_precision=1e-6, gain_max_windows=5, window_s=0.1),
+                 objective)
+    notes: list[str] = []
+    results = m.remeasure([win, other, base], ("base", "win"), notes)
+    assert len(results["base"].stats.windows) == len(results["win"].stats.windows) == 5
+    assert len(results["other"].stats.windows) == 3
+    assert sorted(cid for cid, _ in m.window_order[9:]) == ["base", "base", "win", "win"]  # only the pair goes on
+    assert len(notes) == 1 and "NOT reached" in notes[0] and "after 5 windows each" in notes[0]
+    # A target the first windows already meet: nothing more runs.
+    m = Measurer(delay_models.grpc_url, requests_x, spec(gain_precision=0.9, window_s=0.1), objective)
+    notes = []
+    m.remeasure([win, base], ("base", "win"), notes)
+    assert m.windows_run == 6 + 2 and "reached" in notes[0] and "NOT" not in notes[0]  # + 2 warm-ups
+
+
+@pytest.mark.slow
+def test_refine_continues_a_run_with_the_selected_pair(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    base, fast, slow = cand("base", "measure_slow20"), cand("fast", "measure_fast"), cand("slow", "measure_slow30")
+    base.is_baseline = True
+    kw = dict(warmup_s=0.0, window_s=0.1, min_windows=3, max_windows=3, racing=False, gain_precision=1e-6,
+              gain_max_windows=5)
+    m = Measurer(delay_models.grpc_url, requests_x, spec(**kw), ObjectiveSpec(metric="p50"))
+    run = m.measure([base, fast, slow], until_separated=True)
+    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"base": 3, "fast": 3, "slow": 3}
+    before = m.windows_run
+    notes: list[str] = []
+    found = m.refine([base, fast, slow], ("base", "fast"), run.objective_samples, notes)
+    assert m.windows_run - before == 4  # two more rounds of the pair only, up to gain_max_windows 5 each
+    assert found is not None and found.windows == 5 and not found.reached
+    assert found.ratio.low > 5  # 20 ms against ~0: pooled over the run's windows and the new ones
+    assert len(notes) == 1 and notes[0].startswith("finalists: base/fast ratio") and "NOT reached" in notes[0]
+    assert m.refine([base, fast], ("base", "fast"), run.objective_samples, [], "x") is not None
+    off = Measurer(delay_models.grpc_url, requests_x, spec(**dict(kw, gain_precision=0)), ObjectiveSpec(metric="p50"))
+    assert off.refine([base, fast], ("base", "fast"), run.objective_samples, []) is None and off.windows_run == 0
+    with pytest.raises(GptTritonError, match="slow is not deployed"):
+        m.refine([base, slow.model_copy(update={"deploy": None})], ("base", "slow"), run.objective_samples, [])

@@ -98,6 +98,19 @@ def test_a_perf_analyzer_window_has_per_request_latencies(delay_models: Embedded
 
 @pytest.mark.slow
 @needs_binary
+def test_a_window_too_short_for_the_model_is_lengthened_not_failed(delay_models: EmbeddedTriton) -> None:
+    """A 0.1 s window is three 100 ms time windows: none holds a whole 250 ms request, which perf_analyzer
+    fails with "No valid requests recorded"; the client runs it again with longer windows."""
+    assert TOOL is not None
+    requests = [{"x": np.ones((1, 16), np.float32)}]
+    sample = PerfAnalyzerClient(TOOL).window(delay_models.grpc_url, "measure_slow250", requests,
+                                             LoadProfile(concurrency=1), 0.1, 2, metrics_url=delay_models.metrics_url)
+    assert sample.result.errors == 0 and sample.latencies_ms.size >= 2
+    assert np.all(sample.latencies_ms > 249.0)
+
+
+@pytest.mark.slow
+@needs_binary
 def test_the_harness_races_with_perf_analyzer_as_its_client(delay_models: EmbeddedTriton) -> None:
     def cand(cid: str, model: str) -> Candidate:
         return Candidate(id=cid, family="f", route=Route(family="f"), serving=Route(family="serving"),

@@ -6,12 +6,14 @@ a real tritonserver, tritonclient load, held-out acceptance, promotion into a re
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -24,34 +26,46 @@ from gpt_triton.core.records import RunReport
 from gpt_triton.report import verdict_lines
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
-FAST_SPEC = {
+FAST_SPEC: dict[str, Any] = {
     "search": {"mode": "fast", "max_builds": 8, "build_timeout_s": 120},
+    # Four routes, each stage still run: the baseline, ONNX Runtime's start route and its int8_dynamic
+    # variant, OpenVINO's start route. Serving is fixed (max_batch_size too: its sweep would add a copy
+    # of every route, and serving knobs have their own tests).
     "families": {
-        "onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "intra_op_threads": 0,
+        "onnxruntime": {"knobs": {"graph_optimization_level": "basic", "intra_op_threads": 0,
                                   "inter_op_threads": 0, "execution_mode": "sequential", "enable_mem_arena": True,
                                   "enable_mem_pattern": True, "precision": ["fp32", "int8_dynamic"],
-                                  "allow_spinning": [True, False]}},
+                                  "allow_spinning": True}},
         "openvino": {"knobs": {"inference_precision": "f32", "performance_hint": "LATENCY", "num_streams": 1,
                                "static_shape": False, "quantization": "none"}},
         "graph": {"enabled": False},
-        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}},
+        "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False, "max_batch_size": None}},
     },
-    "measure": {"window_s": 0.4, "window_min_requests": 20, "min_windows": 3, "max_windows": 5, "warmup_s": 0.2,
-                "remeasure_windows": 4, "bootstrap_resamples": 500,
+    "measure": {"window_s": 0.4, "window_min_requests": 20, "min_windows": 3, "max_windows": 4, "warmup_s": 0.2,
+                "remeasure_windows": 3, "bootstrap_resamples": 500,
                 # 200 requests per p99 window (600+ pooled over the minimum 3 windows keeps the tail bounded):
                 # the tests check the stages, not the tail estimate; the default 500 tripled their time.
-                "tail_requests": 2, "finalist_windows": 3},
+                "tail_requests": 2,
+                # The finalist stage judges the search winner and one more beside the baseline, over 3 windows
+                # each; the baseline/leader pair then gets one more round (gain_max_windows), not the default
+                # 24 that would pin their ratio to gain_precision: the stages, not the ratio's width, are tested.
+                "finalist_windows": 3, "max_finalists": 2, "gain_max_windows": 4},
     "accuracy": {"synthetic_requests": 24, "default": {"max_abs": 0.5, "max_rel": 10.0}},
 }
 
 
-def tiny_spec() -> dict:  # type: ignore[type-arg]
-    """Three ONNX Runtime routes of the tiny MLP: enough for every stage, seconds to run."""
-    spec = dict(FAST_SPEC)
+def tiny_spec(*, finalists: bool = True) -> dict[str, Any]:
+    """Two ONNX Runtime routes of the tiny MLP (the baseline and one more): every stage, seconds to run.
+
+    ``finalists=False`` skips the finalist stage (``measure.finalists: 0``), for tests about something else.
+    No stage extends the baseline/leader pair to pin their ratio (``measure.gain_precision: 0``); the
+    windows are short (the 200-request floor per p99 window, over at least 3 windows, still bounds the tail)."""
+    spec = copy.deepcopy(FAST_SPEC)
     spec["families"] = {"onnxruntime": {"knobs": {"graph_optimization_level": ["basic", "all"], "precision": "fp32"}},
                         "openvino": {"enabled": False}, "graph": {"enabled": False},
                         "serving": {"knobs": {"instance_count": 1, "dynamic_batching": False}}}
-    spec["search"] = {"mode": "fast", "max_builds": 3}
+    spec["search"] = {"mode": "fast", "max_builds": 2}
+    spec["measure"].update(window_s=0.2, gain_precision=0, finalists=3 if finalists else 0)
     return spec
 
 
@@ -60,11 +74,15 @@ def _tritonserver_children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"]
 
 
+def _write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 @pytest.fixture()
 def spec_file(tmp_path: Path) -> Path:
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(FAST_SPEC))
-    return path
+    return _write_spec(tmp_path, FAST_SPEC)
 
 
 @pytest.mark.slow
@@ -97,6 +115,15 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     provenance = json.loads((version_dir / "provenance.json").read_text())
     assert provenance["model_sha256"] == report["model"]["sha256"]
     assert any("held-out" in d for d in report["decisions"])
+    if report["selected_id"] != report["baseline_id"]:
+        # The selected candidate and the baseline went on until their ratio's width was known (or the cap),
+        # in the finalist stage and in the re-measure, and the estimate is the finalist run's ratio.
+        widths = [d for d in report["decisions"] if "target +/-" in d]
+        assert [d.split(":")[0] for d in widths] == ["finalists", "re-measure"], widths
+        assert all(f"/{report['selected_id']} ratio" in d
+                   and ("after 4 windows each" in d or "target +/-3.0% reached" in d) for d in widths)
+        finalist_ratio = float(widths[0].split(" ratio ")[1].split()[0])
+        assert report["gain"]["selection_estimate_ratio"] == pytest.approx(finalist_ratio, abs=1e-3)
 
 
 def _run_cli(*args: str, cwd: Path, preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
@@ -222,9 +249,7 @@ def test_bad_spec(tmp_path: Path) -> None:
 def test_tune_against_an_existing_server_uses_it_and_leaves_it_running(tmp_path: Path, triton_server) -> None:  # type: ignore[no-untyped-def]
     """--triton-url: candidates are uploaded through the model-repository API; the server is not ours to stop."""
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
-    spec = tiny_spec()
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = _write_spec(tmp_path, tiny_spec(finalists=False))  # the re-measure and held-out steps load theirs
     repo, out = tmp_path / "repo", tmp_path / "run"
     code = main(["tune", str(model), "--spec", str(spec_path), "--repository", str(repo), "--out", str(out),
                  "--triton-url", triton_server.grpc_url, "--model-name", "tiny_remote"])
@@ -256,10 +281,9 @@ def test_heldout_data_cannot_reach_selection(tmp_path: Path) -> None:
         outputs[index] = {"y": outputs[index]["y"] + 100.0}  # wildly wrong: fails any tolerance
     np.savez(tmp_path / "ref.npz", x=np.stack([r["x"] for r in inputs]), y=np.stack([o["y"] for o in outputs]))
 
-    spec = tiny_spec()
+    spec = tiny_spec()  # with the finalist stage: it ranks too, and must not read them either
     spec["accuracy"] = {"heldout_fraction": heldout_fraction, "split_seed": seed, "default": {"max_abs": 1e-3}}
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec_path = _write_spec(tmp_path, spec)
     repo, out = tmp_path / "repo", tmp_path / "run"
     code = main(["tune", str(model), "--spec", str(spec_path), "--reference", str(tmp_path / "ref.npz"),
                  "--repository", str(repo), "--out", str(out)])
@@ -278,11 +302,12 @@ def test_heldout_data_cannot_reach_selection(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
-def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path, spec_file: Path, signum: str) -> None:
+def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path, signum: str) -> None:
     import signal
     import time
 
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    spec_file = _write_spec(tmp_path, tiny_spec())  # two quick builds, then the first candidate loads
     repo = tmp_path / "repo"
     proc = subprocess.Popen([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec_file),
                              "--repository", str(repo), "--out", str(tmp_path / "run")],
@@ -313,8 +338,7 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
 @pytest.mark.slow
 def test_resume_reuses_builds_and_measurements_and_repeat_check_reports_agreement(tmp_path: Path) -> None:
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(tiny_spec()))
+    spec_path = _write_spec(tmp_path, tiny_spec(finalists=False))  # the repeat check selects from the search's run
     out = tmp_path / "run"
     args = ["tune", str(model), "--spec", str(spec_path), "--out", str(out), "--no-promote"]
     assert main(args) == 0
@@ -354,8 +378,9 @@ def test_tune_pushes_run_metrics_to_a_real_pushgateway(tmp_path: Path, pushgatew
     import urllib.request
 
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(tiny_spec()))
+    spec = tiny_spec(finalists=False)
+    spec["search"]["max_builds"] = 1  # the baseline alone: what is read is the push, not a comparison
+    spec_path = _write_spec(tmp_path, spec)
     gateway = pushgateway.address
     assert main(["tune", str(model), "--spec", str(spec_path), "--out", str(tmp_path / "run"),
                  "--repository", str(tmp_path / "repo"), "--pushgateway", gateway]) == 0

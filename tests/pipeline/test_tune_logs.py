@@ -16,20 +16,21 @@ from test_tune_cli import tiny_spec
 from gpt_triton.testing.models import build_tiny_mlp
 
 
-def _quick_spec(tmp_path: Path) -> Path:
+def _quick_spec(tmp_path: Path, **measure: object) -> Path:
     spec = tiny_spec()
-    spec["search"] = {"mode": "fast", "max_builds": 2}
-    spec["measure"] = {**spec["measure"], "window_s": 0.3, "min_windows": 2, "max_windows": 3, "remeasure_windows": 2}
+    spec["search"] = {"mode": "fast", "max_builds": 2}  # the tests count 2 builds
+    spec["measure"].update(measure)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
 
 
-def _tune(tmp_path: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _tune(tmp_path: Path, name: str, *extra: str, measure: dict[str, object]) -> subprocess.CompletedProcess[str]:
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    spec = _quick_spec(tmp_path, **measure)
     with open(tmp_path / f"{name}.out", "w") as stdout:  # a file, as a Job's log is: not a terminal
         result = subprocess.run(
-            [sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(_quick_spec(tmp_path)),
+            [sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec),
              "--out", str(tmp_path / name), "--repository", str(tmp_path / "repo"), *extra],
             stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=600,
         )
@@ -39,7 +40,10 @@ def _tune(tmp_path: Path, name: str, *extra: str) -> subprocess.CompletedProcess
 
 @pytest.mark.slow
 def test_piped_tune_prints_full_width_progress_lines(tmp_path: Path) -> None:
-    result = _tune(tmp_path, "text")
+    # Windows long enough that the search's measure stage (at least 3 rounds of the 2 candidates) outlasts the
+    # 2 s between step lines (pipeline_cli.STEP_LINE_INTERVAL_S): a window's own line is printed, not only
+    # the stage's first and last step.
+    result = _tune(tmp_path, "text", measure={"window_s": 0.5})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "\x1b[" not in result.stdout, "no terminal control sequences in a log"
@@ -61,7 +65,8 @@ def test_piped_tune_prints_full_width_progress_lines(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_json_log_format_is_one_object_per_line_and_report_json_summarises(tmp_path: Path) -> None:
-    result = _tune(tmp_path, "json", "--log-format", "json", "--no-promote")
+    # JSON logs every step (no rate bound), and no finalists line is read: no finalist stage.
+    result = _tune(tmp_path, "json", "--log-format", "json", "--no-promote", measure={"finalists": 0})
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]  # every line parses on its own
     assert {"time", "event", "stage", "n", "total", "message", "candidate"} <= set(events[0])

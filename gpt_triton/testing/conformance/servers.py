@@ -105,6 +105,15 @@ class ServerConformance:
             server.unload(name)
         assert not server.client().is_model_ready(name)
 
+    def test_unload_many_releases_every_model(self, server: TritonServer, staging: Path, tiny_model_path: Path) -> None:
+        names = [unique("many"), unique("many")]
+        for name in names:
+            deploy(server, staging, name, tiny_model_path, artifact_for(tiny_model_path, "onnxruntime", ORT_OPTIONS))
+        assert all(server.client().is_model_ready(n) for n in names)
+        server.unload_many(names)
+        assert not any(server.client().is_model_ready(n) for n in names)
+        assert all(server.model_state(n)[0] not in ("READY", "LOADING", "UNLOADING") for n in names)
+
     def test_openvino_route_serves_reference_outputs(self, server: TritonServer, staging: Path, conv_attention_path: Path) -> None:
         name = unique("ov")
         deploy(server, staging, name, conv_attention_path, artifact_for(conv_attention_path, "openvino", OV_F32_OPTIONS))

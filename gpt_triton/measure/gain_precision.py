@@ -1,0 +1,65 @@
+"""When is a gain known well enough? The stop rule of the finalist stage and of the re-measure.
+
+Racing stops once candidates are *separated*; that says who is faster, not by how much. A gain read
+off a handful of p99 windows can be off by tens of percent (issue 16: selection estimated 1.05 where
+the re-measure found 1.28 [0.96, 1.70]), so both the finalist stage and the separate re-measure go on
+with the pair that matters - the selected candidate and the baseline - until the ratio of their objective is
+known to ``measure.gain_precision`` (the 95% interval's relative half-width), or the window cap
+``measure.gain_max_windows`` is reached. Both runs then rest on an interval of known width, and a
+selection estimate and its re-measured gain can only disagree by about the two widths together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpt_triton.core.measurements import Interval
+from gpt_triton.measure.stats import window_ratio_interval
+
+STOP_RULE_RESAMPLES = 1000  # the stop rule's interval; the reported one uses the spec's resamples
+
+
+@dataclass(frozen=True)
+class GainPrecision:
+    """The baseline/leader ratio after a round, and whether it is known to the target."""
+
+    ratio: Interval
+    half_width: float  # relative: the larger of high/value - 1 and 1 - low/value
+    windows: int  # of the side with fewer windows
+    reached: bool
+
+
+def relative_half_width(interval: Interval) -> float:
+    if interval.value <= 0 or not np.isfinite(interval.value):
+        return float("inf")
+    return max(interval.high / interval.value - 1.0, 1.0 - interval.low / interval.value)
+
+
+def gain_precision(baseline_windows: Sequence[np.ndarray], leader_windows: Sequence[np.ndarray], metric: str,
+                   target: float, seed: int = 0) -> GainPrecision | None:
+    """The ratio ``metric(baseline) / metric(leader)`` over pooled windows with its two-stage 95% interval;
+    None while either side has fewer than 3 windows (no window-level interval yet) or the metric is not
+    a latency statistic."""
+    if metric not in ("p50", "p90", "p99", "mean"):
+        return None
+    base = [w for w in baseline_windows if w.size]
+    lead = [w for w in leader_windows if w.size]
+    if min(len(base), len(lead)) < 3:
+        return None
+    ratio = window_ratio_interval(base, lead, metric, 0.95, STOP_RULE_RESAMPLES, seed)  # type: ignore[arg-type]
+    width = relative_half_width(ratio)
+    return GainPrecision(ratio=ratio, half_width=width, windows=min(len(base), len(lead)), reached=width <= target)
+
+
+def precision_note(doing: str, pair: tuple[str, str], found: GainPrecision | None, target: float) -> str:
+    """One decision-log line: how well the pair's ratio is known after ``doing``."""
+    baseline, leader = pair
+    if found is None:
+        return f"{doing}: {baseline}/{leader} ratio not estimated (fewer than 3 windows each)"
+    r = found.ratio
+    verdict = "reached" if found.reached else "NOT reached (window cap): read the interval, not the point"
+    return (f"{doing}: {baseline}/{leader} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}], +/-{100 * found.half_width:.1f}% "
+            f"after {found.windows} windows each; target +/-{100 * target:.1f}% {verdict}")

@@ -1,0 +1,54 @@
+"""The stop rule of the finalist stage and the re-measure: a gain is measured to a known width."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpt_triton.core.measurements import Interval
+from gpt_triton.measure.gain_precision import gain_precision, precision_note, relative_half_width
+
+
+def windows(rng: np.random.Generator, scale_ms: float, count: int, size: int, drift: float = 0.0) -> list[np.ndarray]:
+    return [scale_ms * (1 + drift * rng.standard_normal()) * (1 + rng.exponential(0.2, size)) for _ in range(count)]
+
+
+def test_relative_half_width_is_the_wider_side() -> None:
+    assert relative_half_width(Interval(value=2.0, low=1.8, high=2.4)) == pytest.approx(0.2)
+    assert relative_half_width(Interval(value=2.0, low=1.0, high=2.1)) == pytest.approx(0.5)
+    assert relative_half_width(Interval(value=0.0, low=0.0, high=0.0)) == float("inf")
+
+
+def test_the_interval_narrows_with_windows_and_the_target_decides() -> None:
+    rng = np.random.default_rng(3)
+    base, lead = windows(rng, 2.0, 24, 500, 0.05), windows(rng, 1.6, 24, 500, 0.05)
+    few = gain_precision(base[:3], lead[:3], "p99", 0.03)
+    many = gain_precision(base, lead, "p99", 0.03)
+    assert few is not None and many is not None
+    assert many.half_width < few.half_width  # more windows, a narrower interval
+    assert many.windows == 24 and few.windows == 3
+    assert many.ratio.low < 2.0 / 1.6 < many.ratio.high  # the true ratio of the two scales
+    assert gain_precision(base, lead, "p99", 1.0) is not None and gain_precision(base, lead, "p99", 1.0).reached  # type: ignore[union-attr]
+    assert not gain_precision(base[:3], lead[:3], "p99", 1e-4).reached  # type: ignore[union-attr]
+
+
+def test_no_interval_before_three_windows_or_for_throughput() -> None:
+    rng = np.random.default_rng(0)
+    base, lead = windows(rng, 2.0, 3, 100), windows(rng, 1.0, 3, 100)
+    assert gain_precision(base[:2], lead, "p99", 0.03) is None
+    assert gain_precision(base, lead + [np.zeros(0)], "p50", 0.03) is not None  # empty windows are skipped
+    assert gain_precision(base, lead, "throughput", 0.03) is None
+    note = precision_note("re-measure", ("b", "w"), None, 0.03)
+    assert "not estimated" in note
+
+
+def test_the_note_says_whether_the_target_was_reached() -> None:
+    rng = np.random.default_rng(1)
+    base, lead = windows(rng, 2.0, 6, 300), windows(rng, 1.0, 6, 300)
+    wide = gain_precision(base, lead, "p50", 0.5)
+    narrow = gain_precision(base, lead, "p50", 1e-6)
+    assert wide is not None and narrow is not None
+    assert "target +/-50.0% reached" in precision_note("finalists", ("b", "w"), wide, 0.5)
+    assert "NOT reached" in precision_note("finalists", ("b", "w"), narrow, 1e-6)
+    assert "after 6 windows each" in precision_note("finalists", ("b", "w"), narrow, 1e-6)
+
