@@ -18,7 +18,7 @@ _EXPORTS = {
     "window_bootstrap_interval": "stats", "window_ratio_interval": "stats",
     "Measurer": "harness", "RemeasureResult": "harness", "dedupe_key": "harness",
     "isolated_estimate": "isolated", "rank_correlation": "isolated",
-    "LoadClient": "clients", "BuiltinClient": "clients", "load_client": "harness",
+    "LoadClient": "clients", "BuiltinClient": "clients", "load_client": "perf_analyzer",
     "PerfAnalyzerClient": "perf_analyzer", "find_perf_analyzer": "perf_analyzer",
     "requests_needed": "quantiles", "order_statistic_interval": "quantiles",
 }

@@ -29,10 +29,10 @@ from gpt_triton.core.measurements import LatencyStats, LoadProfile, ObjectiveCon
 from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.measure.clients import BuiltinClient, LoadClient
+from gpt_triton.measure.clients import LoadClient
 from gpt_triton.measure.gain_precision import GainPrecision, gain_precision, precision_note
 from gpt_triton.measure.loadgen import WindowSample, pinned
-from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.measure.quantiles import sizing_note, window_requests
 from gpt_triton.measure.racing import (
     RaceWindow,
@@ -46,16 +46,6 @@ from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
-
-
-def load_client(name: str, processes: int = 1, protocol: str = "grpc", http_url: str | None = None) -> LoadClient:
-    """The client ``measure.client`` names, speaking ``measure.protocol``; perf_analyzer must be installed
-    (``make setup`` fetches it)."""
-    if name == "perf_analyzer":
-        tool = find_perf_analyzer(required=True)
-        assert tool is not None  # required=True raises instead
-        return PerfAnalyzerClient(tool, protocol, http_url)
-    return BuiltinClient(processes, protocol, http_url)
 
 
 @dataclass
@@ -79,8 +69,7 @@ class MeasureRun:
     race_windows: dict[str, list[RaceWindow]]
     machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
     windows: int  # windows this run took, warm-ups included
-    # The objective load's windows per representative, for a later step on the same server (the
-    # finalist stage's pair refinement).
+    # The objective load's windows per representative, for Measurer.refine on the same server.
     objective_samples: dict[str, list[WindowSample]] = field(default_factory=dict)
 
 
@@ -292,9 +281,8 @@ class Measurer:
 
     def _until_precise(self, run: _Run, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
                        log: list[str], doing: str) -> GainPrecision | None:
-        """Go on with ``pair`` = (baseline, leader), alternating which goes first, until the ratio of their
-        objective is known to ``gain_precision`` or each has ``gain_max_windows`` windows; the windows
-        join ``run`` (its statistics and drift model). See :mod:`gpt_triton.measure.gain_precision`."""
+        """Go on with ``pair`` = (baseline, selected), alternating, until their ratio is known to
+        ``gain_precision`` or each has ``gain_max_windows`` windows (see :mod:`.gain_precision`)."""
         target, cap = self.spec.gain_precision, self.spec.gain_max_windows
 
         def check() -> GainPrecision | None:
@@ -322,10 +310,8 @@ class Measurer:
 
     def refine(self, candidates: Sequence[Candidate], pair: tuple[str, str], samples: dict[str, list[WindowSample]],
                log: list[str], doing: str = "finalists") -> GainPrecision | None:
-        """Continue a run on the same server with ``pair`` = (baseline, selected) from its ``samples`` (a
-        :class:`MeasureRun`'s ``objective_samples``) until their ratio is known to ``gain_precision``; the
-        returned interval pools the run's windows and the new ones (None: not a latency objective,
-        ``gain_precision`` 0, or fewer than 3 windows each)."""
+        """Continue a run's ``samples`` (its ``objective_samples``) with ``pair`` = (baseline, selected) until
+        their ratio is known to ``gain_precision``; None when the rule does not apply."""
         if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
             return None
         models = {c.id: c.deploy.model_name for c in candidates if c.id in pair and c.deploy is not None}

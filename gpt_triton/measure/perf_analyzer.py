@@ -35,7 +35,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.measure.arrivals import ClosedLoop
-from gpt_triton.measure.clients import LoadClient
+from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample, summarise
 from gpt_triton.measure.sender import Raw
 from gpt_triton.measure.server_stats import StatsSnapshots
@@ -246,3 +246,13 @@ class PerfAnalyzerClient(LoadClient):
                                  f"{_last_line(done.stderr or done.stdout)}")
         self.last_csv_p50_ms = read_csv_p50_ms(report)
         return read_export(export)
+
+
+def load_client(name: str, processes: int = 1, protocol: str = "grpc", http_url: str | None = None) -> LoadClient:
+    """The client ``measure.client`` names, speaking ``measure.protocol``; perf_analyzer must be installed
+    (``make setup`` fetches it)."""
+    if name == "perf_analyzer":
+        tool = find_perf_analyzer(required=True)
+        assert tool is not None  # required=True raises instead
+        return PerfAnalyzerClient(tool, protocol, http_url)
+    return BuiltinClient(processes, protocol, http_url)

@@ -15,13 +15,14 @@ from gpt_triton.core.records import Candidate, DeployInfo
 from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import BuiltinClient
-from gpt_triton.measure.harness import Measurer, load_client
+from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.perf_analyzer import (
     ENV_BINARY,
     PerfAnalyzerClient,
     find_perf_analyzer,
     input_data,
     load_arguments,
+    load_client,
     read_export,
 )
 from gpt_triton.server import EmbeddedTriton
