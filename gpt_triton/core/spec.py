@@ -80,7 +80,7 @@ class MeasureSpec(_Strict):
     finalists: Annotated[int, Field(ge=0)] = 3  # 0: no finalist stage
     finalist_windows: Annotated[int | None, Field(ge=3)] = None
     max_finalists: Annotated[int, Field(ge=2)] = 6
-    # The finalist stage and the re-measure go on with the leader and the baseline until their objective
+    # The finalist stage and the re-measure go on with the selected candidate and the baseline until their objective
     # ratio's 95% interval is within +/- gain_precision (relative), or each has gain_max_windows windows:
     # a gain is claimed at a known width (gpt_triton/measure/gain_precision.py). 0: no extension.
     gain_precision: Annotated[float, Field(ge=0, lt=1)] = 0.03

@@ -18,7 +18,7 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile, ServerBreakdown, WindowResult
 from gpt_triton.measure.arrivals import ArrivalProcess, arrival_process
 from gpt_triton.measure.http_lean import drive_lean_http
-from gpt_triton.measure.sender import Job, Raw, drive, drive_lean
+from gpt_triton.measure.sender import HTTP_ENDPOINT_UNKNOWN, Job, Raw, drive, drive_lean
 from gpt_triton.measure.server_stats import StatsSnapshots, model_dtypes
 from gpt_triton.measure.workers import run_processes, split_job
 
@@ -66,8 +66,7 @@ def run_window(
         raise GptTritonError("no requests to send: the tuning split is empty")
     processes = max(1, int(processes))
     if protocol == "http" and not http_url:
-        raise GptTritonError("measure.protocol is http but the server's HTTP endpoint is unknown (a --triton-url "
-                             "on gRPC port 8001 implies HTTP on 8000): use measure.protocol grpc")
+        raise GptTritonError(HTTP_ENDPOINT_UNKNOWN)
     job = Job(grpc_url, model_name, payloads, list(outputs) if outputs else None, max(1, load.concurrency),
               offsets, duration_s, min_requests, payload_start, protocol=protocol, http_url=http_url)
     if offsets is not None:
@@ -77,8 +76,8 @@ def run_window(
         with StatsSnapshots(grpc_url, model_name, metrics_url) as snapshots:
             if processes == 1 and offsets is None and job.concurrency == 1:
                 # The lean synchronous loop: the client's own cost stays out of the latency it reports.
-                raws = [drive_lean_http(job, http_url, lambda: snapshots.take("before")) if http_url and protocol == "http"
-                        else drive_lean(job, lambda: snapshots.take("before"))]
+                lean = drive_lean_http if protocol == "http" else drive_lean
+                raws = [lean(job, lambda: snapshots.take("before"))]
             elif processes == 1:
 
                 async def before() -> None:

@@ -312,12 +312,17 @@ class Measurer:
                log: list[str], doing: str = "finalists") -> GainPrecision | None:
         """Continue a run's ``samples`` (its ``objective_samples``) with ``pair`` = (baseline, selected) until
         their ratio is known to ``gain_precision``; None when the rule does not apply."""
+        return self._extend(_Run(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log, doing)
+
+    def _extend(self, run: _Run, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
+                doing: str) -> GainPrecision | None:
+        """:meth:`_until_precise` on ``run`` when the rule applies (a latency objective, ``gain_precision`` >
+        0); a pair member that is not deployed, or whose window fails, fails the step."""
         if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
             return None
         models = {c.id: c.deploy.model_name for c in candidates if c.id in pair and c.deploy is not None}
         if set(models) != set(pair):
             raise GptTritonError(f"{doing}: {', '.join(sorted(set(pair) - set(models)))} is not deployed")
-        run = _Run(samples={cid: list(samples.get(cid, [])) for cid in pair})
         with pinned(self.server_pid):
             found = self._until_precise(run, models, pair, self.spec.loads[self.objective.load_index], log, doing)
         if run.failed:
@@ -427,13 +432,8 @@ class Measurer:
         # A, B, C, A, B, C: the classic alternation, not shuffled
         run = self._separate_run(candidates, self.spec.remeasure_windows, False, "re-measuring")
         load = self.spec.loads[self.objective.load_index]
-        if pair is not None and self.spec.gain_precision > 0 and self.objective.metric != "throughput":
-            models = {c.id: c.deploy.model_name for c in candidates if c.deploy is not None}
-            with pinned(self.server_pid):
-                self._until_precise(run, models, pair, load, log if log is not None else [], "re-measure")
-            if run.failed:
-                cid, why = next(iter(run.failed.items()))
-                raise GptTritonError(f"re-measuring {cid} failed: {why}")
+        if pair is not None:
+            self._extend(run, candidates, pair, log if log is not None else [], "re-measure")
         out = {}
         for cid, samples in run.samples.items():
             stats = summarise(load, samples, self.spec.stability, self.spec.confidence,

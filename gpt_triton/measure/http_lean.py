@@ -124,11 +124,12 @@ class HttpConnection:
                 self._sock, self._reader = None, None
 
 
-def drive_lean_http(job: Job, url: str, before_start: Callable[[], float | None] | None = None) -> Raw:
-    """Closed loop at concurrency 1 over HTTP, the same loop as :func:`gpt_triton.measure.sender.drive_lean`."""
-    if job.offsets is not None or job.concurrency != 1:
-        raise ValueError("drive_lean_http runs a closed loop at concurrency 1 only")
-    connection = HttpConnection(url)
+def drive_lean_http(job: Job, before_start: Callable[[], float | None] | None = None) -> Raw:
+    """Closed loop at concurrency 1 over HTTP (``job.http_url``), the same loop as
+    :func:`gpt_triton.measure.sender.drive_lean`."""
+    if job.offsets is not None or job.concurrency != 1 or not job.http_url:
+        raise ValueError("drive_lean_http runs a closed loop at concurrency 1 on a job with an http_url only")
+    connection = HttpConnection(job.http_url)
     try:
         wire = [http_request(connection.host, job.model_name, p, job.outputs) for p in job.payloads]
         return lean_loop(job, lambda index: connection.exchange(wire[index % len(wire)]),

@@ -37,7 +37,7 @@ from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.measure.arrivals import ClosedLoop
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample, summarise
-from gpt_triton.measure.sender import Raw
+from gpt_triton.measure.sender import HTTP_ENDPOINT_UNKNOWN, Raw
 from gpt_triton.measure.server_stats import StatsSnapshots
 
 ENV_BINARY = "GPT_TRITON_PERF_ANALYZER"  # path of the perf_analyzer binary
@@ -177,8 +177,7 @@ class PerfAnalyzerClient(LoadClient):
 
     def __init__(self, tool: PerfAnalyzer, protocol: str = "grpc", http_url: str | None = None) -> None:
         if protocol == "http" and not http_url:
-            raise GptTritonError("measure.protocol is http but the server's HTTP endpoint is unknown: use "
-                                 "measure.protocol grpc")
+            raise GptTritonError(HTTP_ENDPOINT_UNKNOWN)
         self.tool = tool
         self.protocol = protocol  # perf_analyzer's -i; statistics are read over gRPC either way
         self.http_url = http_url

@@ -24,6 +24,8 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype, ser
 # Triton's own limit (tritonclient uses it too): a large tensor must not fail on gRPC's 4 MiB default.
 _MAX_MESSAGE = 2**31 - 1
 _MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+HTTP_ENDPOINT_UNKNOWN = ("measure.protocol is http but the server's HTTP endpoint is unknown (a --triton-url on gRPC "
+                         "port 8001 implies HTTP on 8000): use measure.protocol grpc")
 # A benchmark channel: no retry machinery (a failed request is an error of the window, not retried) and
 # gRPC's latency-optimised polling; together ~5-10% less client time per call on a no-op model here.
 _LEAN_OPTIONS = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE),
@@ -144,9 +146,7 @@ async def drive(job: Job, before_start: Callable[[], Awaitable[float | None]] | 
     """Run one generator's share of a window. ``before_start`` runs after the channel is warm and
     before the clock starts (snapshots, or the multi-process start barrier); a float it returns is the
     common start time."""
-    http = job.protocol == "http"
-    if http and not job.http_url:
-        raise ValueError("protocol http needs the server's HTTP endpoint (Job.http_url)")
+    http = job.protocol == "http"  # run_window checked that http_url is set
     module: Any = httpaio if http else aioclient
     client = module.InferenceServerClient(job.http_url if http else job.grpc_url)
     raw = Raw()
