@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +125,9 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         assert report["gain"]["selection_estimate_ratio"] == pytest.approx(finalist_ratio, abs=1e-3)
 
 
-def _run_cli(*args: str, cwd: Path, preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          preexec_fn=preexec_fn)
+def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:
+    prefix = permissions_apply() if drop_root_override else [sys.executable]
+    return subprocess.run([*prefix, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str, code: int = 2) -> None:
@@ -195,38 +194,40 @@ def _effective_caps() -> int:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
 
 
-def _drop_permission_override() -> None:
-    """preexec_fn: remove from the child's bounding set the capabilities that let root ignore file
-    permissions. Root's exec then grants only the bounding set, so the child, still uid 0, meets a 0500
-    directory as anyone would (and os.access says so: it checks root against its permitted set)."""
-    import ctypes
+# Run by a fresh interpreter that then execs the CLI. Not a preexec_fn: that would fork this pytest process,
+# which has gRPC loaded, and gRPC's fork handlers in the child between fork and exec can write an epoll
+# error to the child's stderr (seen in CI), which the one-line contract then rejects.
+_DROP_PERMISSION_OVERRIDE = f"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in ({CAP_DAC_OVERRIDE}, {CAP_DAC_READ_SEARCH}):
+    if libc.prctl({PR_CAPBSET_DROP}, cap, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {{cap}})")
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
 
-
-def permissions_apply() -> Callable[[], None] | None:
-    """The preexec_fn under which a CLI child meets file permissions: none needed unless we run as root
-    (as CI does); as root, root's permission override dropped (the test skips where it cannot be)."""
+def permissions_apply() -> list[str]:
+    """The command prefix under which a CLI child meets file permissions: the interpreter alone unless we
+    run as root (as CI does); as root, a wrapper that removes from the bounding set the capabilities that
+    let root ignore file permissions, then execs. Root's exec grants only the bounding set, so the child,
+    still uid 0, meets a 0500 directory as anyone would (the test skips where this cannot be done)."""
     if os.geteuid() != 0:
-        return None
+        return [sys.executable]
     if not _effective_caps() >> CAP_SETPCAP & 1:
         pytest.skip("root without CAP_SETPCAP cannot drop CAP_DAC_OVERRIDE, and with it writes anywhere")
-    return _drop_permission_override
+    return [sys.executable, "-c", _DROP_PERMISSION_OVERRIDE]
 
 
 def test_unwritable_repository(tmp_path: Path) -> None:
     """A repository under a directory the user cannot write is refused before any work. CI runs as
     root, which permissions do not stop, so there the CLI runs without root's permission override."""
-    preexec = permissions_apply()
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
     result = _run_cli("tune", str(model), "--repository", str(locked / "repo"), "--out", str(tmp_path / "run"),
-                      cwd=tmp_path, preexec_fn=preexec)
+                      cwd=tmp_path, drop_root_override=True)
     _assert_one_line_error(result, "not writable", f"checked {locked})")
     assert list(locked.iterdir()) == [] and not (tmp_path / "run").exists(), "refused before any work"
 

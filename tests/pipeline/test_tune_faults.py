@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +12,10 @@ import onnx
 import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
-from test_tune_cli import _assert_one_line_error, permissions_apply
+from test_tune_cli import _assert_one_line_error, _run_cli
 
 from gpt_triton.cli import main
 from gpt_triton.testing.models import build_tiny_mlp
-
-
-def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpt_triton", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, preexec_fn=permissions_apply() if drop_root_override else None)
 
 
 def _main_error(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
