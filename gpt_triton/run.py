@@ -165,6 +165,15 @@ class Run:
         self.report.tuning_seconds = round(time.monotonic() - self.started, 3)
         write_json_atomic(self.run_dir / "report.json", self.report.model_dump_json(indent=1))
 
+    def budget_deadline(self, share: float = 1.0) -> float | None:
+        """The monotonic time by which a stage should end to use ``share`` of what is left of
+        ``time_budget_s`` (None: no budget). Past the budget it is now: the stage does its minimum."""
+        budget = self.spec.time_budget_s
+        if budget is None:
+            return None
+        now = time.monotonic()
+        return now + share * max(0.0, self.started + budget - now)
+
     def over_budget(self, reserve_s: float = 0.0) -> bool:
         budget = self.spec.time_budget_s
         return budget is not None and time.monotonic() - self.started > budget - reserve_s

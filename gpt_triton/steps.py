@@ -108,10 +108,13 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
                        lambda c: candidate_eligible(c, run.spec.accuracy),
                        [judged.contrasts] if judged.contrasts else [], spec.confidence)
         baseline = next((c.id for c in copies if c.is_baseline), None)
+        refined = None
         if final.winner_id is not None and baseline is not None and final.winner_id != baseline:
             # Separated (or tied and broken) says who; the gain selection reports is then measured to
             # measure.gain_precision with the selected candidate and the baseline, on this server.
-            refined = judge.refine(loaded, (baseline, final.winner_id), judged.objective_samples, notes)
+            # Half of what is left of the time budget: the re-measure gets the other half.
+            refined = judge.refine(loaded, (baseline, final.winner_id), judged.objective_samples, notes,
+                                   deadline=run.budget_deadline(0.5))
             if refined is not None:
                 final.estimate_ratio = refined.ratio.value
     for line in judged.log:
@@ -124,6 +127,8 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         run.decide("finalists: no finalist was measured again: the search's selection stands")
         return first
     requests = {c.id: c.latency[0].requests for c in copies if c.latency}
+    if refined is not None and baseline is not None:  # the estimate is the refined pair's ratio: it rests on
+        requests[baseline], requests[final.winner_id] = refined.requests  # their added windows too
     run.decide(f"finalists: selected {named_id(copies, final.winner_id)} (search had {first.winner_id}); estimate resting on "
                + ", ".join(f"{cid} {n} requests" for cid, n in requests.items()))
     return final
@@ -144,7 +149,8 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
             return None
         with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
             notes: list[str] = []
-            results = measurer(run, server, advance).remeasure(contenders, (baseline.id, winner.id), notes)
+            results = measurer(run, server, advance).remeasure(contenders, (baseline.id, winner.id), notes,
+                                                               deadline=run.budget_deadline())
     for line in notes:
         run.decide(line)
     win_value = objective_value(winner.latency, spec.objective)

@@ -5,8 +5,10 @@ off a handful of p99 windows can be off by tens of percent (issue 16: selection 
 the re-measure found 1.28 [0.96, 1.70]), so both the finalist stage and the separate re-measure go on
 with the pair that matters - the selected candidate and the baseline - until the ratio of their objective is
 known to ``measure.gain_precision`` (the 95% interval's relative half-width), or the window cap
-``measure.gain_max_windows`` is reached. Both runs then rest on an interval of known width, and a
-selection estimate and its re-measured gain can only disagree by about the two widths together.
+``measure.gain_max_windows`` is reached, or the run's ``time_budget_s`` would be overrun (the finalist
+stage may use half of what is left, the re-measure the rest). Both runs then rest on an interval of
+known width, and a selection estimate and its re-measured gain can only disagree by about the two
+widths together.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class GainPrecision:
     half_width: float  # relative: the larger of high/value - 1 and 1 - low/value
     windows: int  # of the side with fewer windows
     reached: bool
+    requests: tuple[int, int] = (0, 0)  # (baseline, leader): the requests the ratio rests on
 
 
 def relative_half_width(interval: Interval) -> float:
@@ -51,15 +54,18 @@ def gain_precision(baseline_windows: Sequence[np.ndarray], leader_windows: Seque
         return None
     ratio = window_ratio_interval(base, lead, metric, 0.95, STOP_RULE_RESAMPLES, seed)  # type: ignore[arg-type]
     width = relative_half_width(ratio)
-    return GainPrecision(ratio=ratio, half_width=width, windows=min(len(base), len(lead)), reached=width <= target)
+    return GainPrecision(ratio=ratio, half_width=width, windows=min(len(base), len(lead)), reached=width <= target,
+                         requests=(sum(w.size for w in base), sum(w.size for w in lead)))
 
 
-def precision_note(doing: str, pair: tuple[str, str], found: GainPrecision | None, target: float) -> str:
-    """One decision-log line: how well the pair's ratio is known after ``doing``."""
+def precision_note(doing: str, pair: tuple[str, str], found: GainPrecision | None, target: float,
+                   stopped_by: str = "window cap") -> str:
+    """One decision-log line: how well the pair's ratio is known after ``doing``, and what ended it when
+    the target was not reached (``stopped_by``: the window cap or the run's time budget)."""
     baseline, leader = pair
     if found is None:
         return f"{doing}: {baseline}/{leader} ratio not estimated (fewer than 3 windows each)"
     r = found.ratio
-    verdict = "reached" if found.reached else "NOT reached (window cap): read the interval, not the point"
+    verdict = "reached" if found.reached else f"NOT reached ({stopped_by}): read the interval, not the point"
     return (f"{doing}: {baseline}/{leader} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}], +/-{100 * found.half_width:.1f}% "
-            f"after {found.windows} windows each; target +/-{100 * target:.1f}% {verdict}")
+            f"after {found.windows} windows each ({found.requests[0]} + {found.requests[1]} requests); target +/-{100 * target:.1f}% {verdict}")

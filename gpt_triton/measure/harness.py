@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -280,9 +281,10 @@ class Measurer:
         return run
 
     def _until_precise(self, run: _Run, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
-                       log: list[str], doing: str) -> GainPrecision | None:
+                       log: list[str], doing: str, deadline: float | None) -> GainPrecision | None:
         """Go on with ``pair`` = (baseline, selected), alternating, until their ratio is known to
-        ``gain_precision`` or each has ``gain_max_windows`` windows (see :mod:`.gain_precision`)."""
+        ``gain_precision``, each has ``gain_max_windows`` windows, or ``deadline`` (monotonic) has passed
+        (see :mod:`.gain_precision`)."""
         target, cap = self.spec.gain_precision, self.spec.gain_max_windows
 
         def check() -> GainPrecision | None:
@@ -290,9 +292,13 @@ class Measurer:
                                   [s.latencies_ms for s in run.samples[pair[1]]], self.objective.metric, target,
                                   seed=self.seed + self._windows_run)
 
+        def out_of_time() -> bool:
+            return deadline is not None and time.monotonic() >= deadline
+
         found = check()
         round_no = max(len(samples) for samples in run.samples.values())
-        while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap:
+        while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap \
+                and not out_of_time():
             round_no += 1
             for cid in (pair if round_no % 2 else pair[::-1]):
                 try:
@@ -305,17 +311,20 @@ class Measurer:
                 run.samples[cid].append(sample)
                 self._record(run, cid, round_no, sample)
             found = check()
-        self._say(log, precision_note(doing, pair, found, target))
+        stopped_by = "time budget" if out_of_time() and min(len(run.samples[c]) for c in pair) < cap else "window cap"
+        self._say(log, precision_note(doing, pair, found, target, stopped_by))
         return found
 
     def refine(self, candidates: Sequence[Candidate], pair: tuple[str, str], samples: dict[str, list[WindowSample]],
-               log: list[str], doing: str = "finalists") -> GainPrecision | None:
+               log: list[str], doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
         """Continue a run's ``samples`` (its ``objective_samples``) with ``pair`` = (baseline, selected) until
-        their ratio is known to ``gain_precision``; None when the rule does not apply."""
-        return self._extend(_Run(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log, doing)
+        their ratio is known to ``gain_precision`` (or the window cap, or ``deadline``); None when the rule
+        does not apply."""
+        return self._extend(_Run(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log,
+                            doing, deadline)
 
     def _extend(self, run: _Run, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
-                doing: str) -> GainPrecision | None:
+                doing: str, deadline: float | None) -> GainPrecision | None:
         """:meth:`_until_precise` on ``run`` when the rule applies (a latency objective, ``gain_precision`` >
         0); a pair member that is not deployed, or whose window fails, fails the step."""
         if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
@@ -324,7 +333,8 @@ class Measurer:
         if set(models) != set(pair):
             raise GptTritonError(f"{doing}: {', '.join(sorted(set(pair) - set(models)))} is not deployed")
         with pinned(self.server_pid):
-            found = self._until_precise(run, models, pair, self.spec.loads[self.objective.load_index], log, doing)
+            found = self._until_precise(run, models, pair, self.spec.loads[self.objective.load_index], log, doing,
+                                        deadline)
         if run.failed:
             cid, why = next(iter(run.failed.items()))
             raise GptTritonError(f"{doing}: {cid} failed: {why}")
@@ -424,16 +434,16 @@ class Measurer:
         return self._separate_run(candidates, windows, True, "comparing").windows
 
     def remeasure(self, candidates: Sequence[Candidate], pair: tuple[str, str] | None = None,
-                  log: list[str] | None = None) -> dict[str, RemeasureResult]:
+                  log: list[str] | None = None, deadline: float | None = None) -> dict[str, RemeasureResult]:
         """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
         objective's load, with fresh seeds; the basis for the gain's interval. With ``pair`` = (baseline,
-        winner) the two go on until their ratio is known to ``gain_precision`` (or the window cap); the
-        decision lines go to ``log``."""
+        winner) the two go on until their ratio is known to ``gain_precision`` (or the window cap, or
+        ``deadline``: the ``remeasure_windows`` always run); the decision lines go to ``log``."""
         # A, B, C, A, B, C: the classic alternation, not shuffled
         run = self._separate_run(candidates, self.spec.remeasure_windows, False, "re-measuring")
         load = self.spec.loads[self.objective.load_index]
         if pair is not None:
-            self._extend(run, candidates, pair, log if log is not None else [], "re-measure")
+            self._extend(run, candidates, pair, log if log is not None else [], "re-measure", deadline)
         out = {}
         for cid, samples in run.samples.items():
             stats = summarise(load, samples, self.spec.stability, self.spec.confidence,

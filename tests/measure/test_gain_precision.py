@@ -50,5 +50,7 @@ def test_the_note_says_whether_the_target_was_reached() -> None:
     assert wide is not None and narrow is not None
     assert "target +/-50.0% reached" in precision_note("finalists", ("b", "w"), wide, 0.5)
     assert "NOT reached" in precision_note("finalists", ("b", "w"), narrow, 1e-6)
-    assert "after 6 windows each" in precision_note("finalists", ("b", "w"), narrow, 1e-6)
+    assert "after 6 windows each (1800 + 1800 requests)" in precision_note("finalists", ("b", "w"), narrow, 1e-6)
+    short = gain_precision(base, lead[:4], "p50", 0.5)
+    assert short is not None and short.windows == 4 and short.requests == (1800, 1200)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gpt_triton.core.errors import GptTritonError
@@ -207,6 +209,13 @@ def test_remeasure_goes_on_with_the_pair_until_the_gain_is_known(delay_models: E
     notes = []
     m.remeasure([win, base], ("base", "win"), notes)
     assert m.windows_run == 6 + 2 and "reached" in notes[0] and "NOT" not in notes[0]  # + 2 warm-ups
+    # The run's time budget already spent: the re-measure's own windows run, the extension does not.
+    m = Measurer(delay_models.grpc_url, requests_x, spec(gain_precision=1e-6, gain_max_windows=5, window_s=0.1),
+                 objective)
+    notes = []
+    results = m.remeasure([win, base], ("base", "win"), notes, deadline=time.monotonic())
+    assert len(results["base"].stats.windows) == len(results["win"].stats.windows) == 3
+    assert "NOT reached (time budget)" in notes[0] and "after 3 windows each" in notes[0]
 
 
 @pytest.mark.slow
