@@ -188,7 +188,7 @@ def report(label: str, results: Results) -> None:
               f"({verdict(point, low, high)})")
 
 
-def tunes(model: Path, spec: Path, count: int, root: Path) -> Path | None:
+def tunes(model: Path, spec: Path, count: int, root: Path, time_budget: str | None = None) -> Path | None:
     """Run ``count`` tunes of ``model``; print each one's selection estimate against its re-measured gain;
     return the last run directory whose winner is not the baseline."""
     last = None
@@ -197,7 +197,8 @@ def tunes(model: Path, spec: Path, count: int, root: Path) -> Path | None:
         out = root / f"tune_{k + 1}"
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec),
-                               "--no-promote", "--repository", str(root / "repo"), "--out", str(out)],
+                               "--no-promote", "--repository", str(root / "repo"), "--out", str(out),
+                               *(["--time-budget", time_budget] if time_budget else [])],
                               capture_output=True, text=True, check=False)
         took = time.monotonic() - started
         if not (out / "report.json").is_file():
@@ -234,6 +235,8 @@ def main() -> None:
     parser.add_argument("--protocol", choices=["grpc", "http", "both"], default="both",
                         help="how both clients reach Triton (measure.protocol); both: one comparison each")
     parser.add_argument("--spec", type=Path, default=Path(__file__).resolve().parents[1] / "examples" / "demo.yaml")
+    parser.add_argument("--time-budget", help="each tune's --time-budget (e.g. 20m for the ResNet CNN, whose p99 "
+                                              "windows take ~13 s each)")
     args = parser.parse_args()
     tool = find_perf_analyzer(required=True)
     assert tool is not None
@@ -259,7 +262,7 @@ def main() -> None:
                 winner = ort_candidate("ort_enable_all_nospin", path, "ORT_ENABLE_ALL", "0", False)
                 if args.tunes:
                     print(f"\n{name}: {args.tunes} tunes with {args.spec}", flush=True)
-                    run_dir = tunes(path, args.spec, args.tunes, Path(tmp))
+                    run_dir = tunes(path, args.spec, args.tunes, Path(tmp), args.time_budget)
                     if run_dir is not None:
                         _, baseline, winner = from_run(run_dir)
                 compare(name, path, baseline, winner)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpt_triton.core.model_info import inspect_model
 from gpt_triton.core.spec import TuneSpec
+from gpt_triton.pipeline import judging_reserve_s
 from gpt_triton.run import Progress, Run, TuneOptions
 from gpt_triton.testing.models import build_tiny_mlp
 
@@ -34,3 +35,11 @@ def test_past_the_budget_the_deadline_is_now_and_without_one_there_is_none(tmp_p
     deadline = run.budget_deadline(0.5)
     assert deadline is not None and deadline <= time.monotonic()
     assert _run(tmp_path / "b", None).budget_deadline() is None
+
+
+def test_the_search_leaves_a_quarter_of_the_budget_for_judging() -> None:
+    assert judging_reserve_s(TuneSpec.model_validate({"time_budget_s": 480})) == 120.0
+    assert judging_reserve_s(TuneSpec.model_validate({"time_budget_s": 120})) == 60.0  # at least a minute
+    assert judging_reserve_s(TuneSpec()) == 60.0
+    off = TuneSpec.model_validate({"time_budget_s": 480, "measure": {"gain_precision": 0}})
+    assert judging_reserve_s(off) == 60.0
