@@ -282,9 +282,8 @@ class Measurer:
 
     def _until_precise(self, run: _Run, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
                        log: list[str], doing: str, deadline: float | None) -> GainPrecision | None:
-        """Go on with ``pair`` = (baseline, selected), alternating, until their ratio is known to
-        ``gain_precision``, each has ``gain_max_windows`` windows, or ``deadline`` (monotonic) has passed
-        (see :mod:`.gain_precision`)."""
+        """Go on with ``pair`` = (baseline, selected), alternating, until their ratio is known to ``gain_precision``,
+        each has ``gain_max_windows`` windows, or ``deadline`` (monotonic) has passed (:mod:`.gain_precision`)."""
         target, cap = self.spec.gain_precision, self.spec.gain_max_windows
 
         def check() -> GainPrecision | None:
@@ -292,13 +291,13 @@ class Measurer:
                                   [s.latencies_ms for s in run.samples[pair[1]]], self.objective.metric, target,
                                   seed=self.seed + self._windows_run)
 
-        def out_of_time() -> bool:
-            return deadline is not None and time.monotonic() >= deadline
-
         found = check()
         round_no = max(len(samples) for samples in run.samples.values())
-        while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap \
-                and not out_of_time():
+        stopped_by = "window cap"
+        while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap:
+            if deadline is not None and time.monotonic() >= deadline:
+                stopped_by = "time budget"
+                break
             round_no += 1
             for cid in (pair if round_no % 2 else pair[::-1]):
                 try:
@@ -311,15 +310,13 @@ class Measurer:
                 run.samples[cid].append(sample)
                 self._record(run, cid, round_no, sample)
             found = check()
-        stopped_by = "time budget" if out_of_time() and min(len(run.samples[c]) for c in pair) < cap else "window cap"
         self._say(log, precision_note(doing, pair, found, target, stopped_by))
         return found
 
     def refine(self, candidates: Sequence[Candidate], pair: tuple[str, str], samples: dict[str, list[WindowSample]],
                log: list[str], doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
-        """Continue a run's ``samples`` (its ``objective_samples``) with ``pair`` = (baseline, selected) until
-        their ratio is known to ``gain_precision`` (or the window cap, or ``deadline``); None when the rule
-        does not apply."""
+        """Continue a run's ``objective_samples`` with ``pair`` = (baseline, selected) as :meth:`_until_precise`
+        does; None when the rule does not apply."""
         return self._extend(_Run(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log,
                             doing, deadline)
 
