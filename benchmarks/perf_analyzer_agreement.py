@@ -69,11 +69,13 @@ def ort_candidate(cid: str, model_path: Path, level: str, spinning: str, baselin
 
 
 def from_run(run_dir: Path) -> tuple[Path, Candidate, Candidate]:
-    """The model, baseline and winner of a finished tune."""
+    """The model, baseline and the candidate selection picked (the one the re-measure compared with the
+    baseline; the winner too, unless its gain was not significant and the baseline was promoted)."""
     report = RunReport.model_validate_json((run_dir / "report.json").read_text())
-    if not report.baseline_id or not report.winner_id or report.winner_id == report.baseline_id:
-        raise SystemExit(f"{run_dir}: the tune has no winner other than its baseline to compare")
-    return Path(report.model.path), report.candidate(report.baseline_id), report.candidate(report.winner_id)
+    picked = report.selected_id or report.winner_id
+    if not report.baseline_id or not picked or picked == report.baseline_id:
+        raise SystemExit(f"{run_dir}: selection picked the baseline: there is no pair to compare")
+    return Path(report.model.path), report.candidate(report.baseline_id), report.candidate(picked)
 
 
 def server_ms(sample: WindowSample) -> float:
@@ -190,7 +192,7 @@ def report(label: str, results: Results) -> None:
 
 def tunes(model: Path, spec: Path, count: int, root: Path, time_budget: str | None = None) -> Path | None:
     """Run ``count`` tunes of ``model``; print each one's selection estimate against its re-measured gain;
-    return the last run directory whose winner is not the baseline."""
+    return the last run directory in which selection picked another candidate than the baseline."""
     last = None
     rows: list[float | None] = []
     for k in range(count):
