@@ -24,13 +24,12 @@ from gpt_triton.core.naming import named
 from gpt_triton.core.objective import measured_value
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import BuildContext
-from gpt_triton.core.spec import TuneSpec
 from gpt_triton.metrics.pushgateway import push_best_effort
 from gpt_triton.precision import PrecisionSearch
 from gpt_triton.preflight import prepare as preflight
 from gpt_triton.promote.candidate import promote_candidate
 from gpt_triton.promote.signing import load_signing_key
-from gpt_triton.run import Progress, Run, TuneOptions
+from gpt_triton.run import Progress, Run, TuneOptions, judging_reserve_s
 from gpt_triton.search import CandidateSearch
 from gpt_triton.server import TritonServer
 from gpt_triton.serving import deployed, measurer, open_server, unusable_families
@@ -119,15 +118,6 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
         for line in search.decisions:
             report.decisions.append(f"search: {line}")
     return heldout
-
-
-def judging_reserve_s(spec: TuneSpec) -> float:
-    """What the search leaves of ``time_budget_s`` for the stages after it: the finalists, the re-measure
-    and, with ``measure.gain_precision`` on, their extension to a known gain width (which takes half each
-    of what is left when it starts). A quarter of the budget, at least a minute: a search that spent it
-    all would leave the gain it claims resting on the minimum windows."""
-    budget = spec.time_budget_s or 0.0
-    return max(60.0, 0.25 * budget) if spec.measure.gain_precision > 0 else 60.0
 
 
 def _serve_batch(run: Run, server: TritonServer, batch: list[Candidate], cache: TuningCache) -> None:

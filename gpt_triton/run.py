@@ -119,6 +119,15 @@ def check_repository_writable(repository: Path) -> None:
         raise GptTritonError(f"model repository {repository} is not writable (checked {probe_dir}); pass --repository DIR")
 
 
+def judging_reserve_s(spec: TuneSpec) -> float:
+    """What the search leaves of ``time_budget_s`` for the stages after it: the finalists, the re-measure
+    and, with ``measure.gain_precision`` on, their extension to a known gain width (which takes half each
+    of what is left when it starts). A quarter of the budget, at least a minute: a search that spent it
+    all would leave the gain it claims resting on the minimum windows."""
+    budget = spec.time_budget_s or 0.0
+    return max(60.0, 0.25 * budget) if spec.measure.gain_precision > 0 else 60.0
+
+
 class Run:
     """One tuning run: owns the report and saves it after every stage."""
 

@@ -32,7 +32,7 @@ class GainPrecision:
     half_width: float  # relative: the larger of high/value - 1 and 1 - low/value
     windows: int  # of the side with fewer windows
     reached: bool
-    requests: tuple[int, int] = (0, 0)  # (baseline, leader): the requests the ratio rests on
+    requests: tuple[int, int]  # (baseline, leader): the requests the ratio rests on
 
 
 def relative_half_width(interval: Interval) -> float:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from gpt_triton.core.model_info import inspect_model
 from gpt_triton.core.spec import TuneSpec
-from gpt_triton.pipeline import judging_reserve_s
-from gpt_triton.run import Progress, Run, TuneOptions
+from gpt_triton.run import Progress, Run, TuneOptions, judging_reserve_s
 from gpt_triton.testing.models import build_tiny_mlp
 
 
