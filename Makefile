@@ -76,6 +76,8 @@ benchmarks: setup $(DEMO_MODEL)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/loadgen.py
 	$(BIN)/python benchmarks/search_regret.py
+	$(BIN)/python benchmarks/perf_analyzer_agreement.py
+	$(BIN)/python benchmarks/p99_spread.py
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache examples/models

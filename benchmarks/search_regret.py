@@ -18,11 +18,13 @@ racing is judged against, so it should be sharper than what it judges.
 Regret needs the true objective of the racing winner and of the best candidate. The exhaustive run's
 own minimum is a biased judge (the minimum of 24 noisy estimates is lucky: the winner's curse), so a
 third, separate run judges: the racing winners and the exhaustive winner, interleaved in a fresh order
-each round for ``--judge-windows`` windows each, and valued with the drift model of
+each round for ``--judge-windows`` windows each (doubled up to three times until every racing winner's
+regret is decided against 2%, with Bonferroni over those looks), and valued with the drift model of
 :mod:`gpt_triton.measure.racing` (candidate + round effects, errors correlated between neighbouring
-windows). Regret = judged(racing winner) / judged(exhaustive winner) - 1, with its 95% interval; it is
+windows). Regret = judged(racing winner) / judged(exhaustive winner) - 1, with its interval (95% jointly
+over the judge's looks); it is
 negative when racing found a faster candidate than the exhaustive run did; the target (regret <= 2%) is
-judged on the interval's 95% upper bound, not on the point. The exhaustive valuation
+judged on the interval's upper bound, not on the point. The exhaustive valuation
 (pooled and drift-adjusted) is printed too. Racing runs ``--racing-runs`` times with fresh seeds.
 
     .venv/bin/python benchmarks/search_regret.py [--window 0.5] [--windows 12] [--metric p50]
@@ -49,7 +51,7 @@ from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.harness import Measurer, MeasureRun
-from gpt_triton.measure.racing import DriftFit, drift_fit
+from gpt_triton.measure.racing import DriftFit, RaceWindow, drift_fit
 from gpt_triton.select import select
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.steps import contenders
@@ -90,19 +92,44 @@ def dump(path: Path, measured: MeasureRun) -> None:
     path.write_text(json.dumps({"windows": windows, "log": measured.log}, indent=1))
 
 
-def judge(measurer: Measurer, cands: list[Candidate], windows: int) -> DriftFit:
-    """A separate interleaved run of ``cands`` (fresh order each round), valued by the drift model."""
-    fit = drift_fit(measurer.compare(cands, windows))
-    assert fit is not None, "the judge run needs at least 2 candidates and 2 windows each"
-    return fit
+JUDGE_LOOKS = 4  # looks of the sequential judge at n, 2n, 4n, 8n windows each; Bonferroni over them
+REGRET_TARGET = 0.02
 
 
-def regret_interval(fit: DriftFit, chosen: str, reference: str) -> tuple[float, float, float]:
-    """judged(chosen) / judged(reference) - 1 with its 95% interval (t on the drift model's df)."""
+def judge(measurer: Measurer, cands: list[Candidate], windows: int, chosen: list[str], reference: str,
+          looks: int = JUDGE_LOOKS) -> tuple[DriftFit, float, int]:
+    """A separate interleaved run of ``cands`` (fresh order each round), valued by the drift model.
+
+    Sequential: after ``windows`` windows each, then after every doubling up to ``looks`` looks, it
+    stops once every racing winner in ``chosen`` is decided against the 2% target (its regret interval
+    lies wholly below or wholly above it). Each look's interval is at level 1 - 0.05 / looks, so the
+    chance that any look misleads stays at most 5% (Bonferroni): stopping when the bound first drops
+    under 2% does not flatter the result. Returns the fit, the interval level used and the windows run."""
+    level = 1.0 - 0.05 / looks
+    ran: list[RaceWindow] = []
+    total, fit = 0, None
+    for look in range(looks):
+        batch = windows if look == 0 else total  # doubling: n, 2n, 4n, ...
+        offset = 1 + max((w.round for w in ran), default=-1)
+        ran += [dataclasses.replace(w, round=w.round + offset) for w in measurer.compare(cands, batch)]
+        total += batch
+        fit = drift_fit(ran)
+        assert fit is not None, "the judge run needs at least 2 candidates and 2 windows each"
+        bounds = [regret_interval(fit, c, reference, level)[1:] for c in chosen if c != reference]
+        if all(hi <= REGRET_TARGET or lo > REGRET_TARGET for lo, hi in bounds):
+            break
+        print(f"  judge look {look + 1}: {total} windows each, not yet decided against {100 * REGRET_TARGET:.0f}%",
+              flush=True)
+    assert fit is not None
+    return fit, level, total
+
+
+def regret_interval(fit: DriftFit, chosen: str, reference: str, level: float = 0.95) -> tuple[float, float, float]:
+    """judged(chosen) / judged(reference) - 1 with its interval at ``level`` (t on the drift model's df)."""
     if chosen == reference:
         return 0.0, 0.0, 0.0
     diff = fit.mu[chosen] - fit.mu[reference]
-    half = float(stats.t.ppf(0.975, fit.df)) * float(np.sqrt(fit.contrast_var(chosen, reference)))
+    half = float(stats.t.ppf(0.5 + level / 2, fit.df)) * float(np.sqrt(fit.contrast_var(chosen, reference)))
     return float(np.exp(diff) - 1), float(np.exp(diff - half) - 1), float(np.exp(diff + half) - 1)
 
 
@@ -115,7 +142,8 @@ def main() -> None:
     parser.add_argument("--metric", default="p50", choices=["p50", "p90", "p99", "mean"])
     parser.add_argument("--race-after", type=int, default=1, help="rounds before racing may drop (>= 1)")
     parser.add_argument("--racing-runs", type=int, default=2, help="independent racing runs (fresh seeds)")
-    parser.add_argument("--judge-windows", type=int, default=32, help="windows per finalist in the judge run")
+    parser.add_argument("--judge-windows", type=int, default=32,
+                        help="windows per finalist at the judge's first look (it doubles up to 3 times until decided)")
     parser.add_argument("--limit", type=int, default=0, help="use only the first N candidates (0: all 24)")
     parser.add_argument("--model", default="conv_attention", choices=["conv_attention", "resnet"],
                         help="resnet (~19 ms/inference) spreads the variants wider than conv_attention (~2 ms)")
@@ -205,10 +233,11 @@ def main() -> None:
                       f"(ties: {', '.join(won.ties) or 'none'})", flush=True)
             finalists = list(dict.fromkeys([ex_winner] + [r[0] for r in races]))
             by_id = {c.id: c for c in base}
-            judged = None
+            judged, judge_level, judge_windows = None, 0.95, 0
             if len(finalists) > 1:
-                judged = judge(Measurer(server.grpc_url, requests, ex_spec, objective, seed=99),
-                               [by_id[c] for c in finalists], args.judge_windows)
+                judged, judge_level, judge_windows = judge(
+                    Measurer(server.grpc_url, requests, ex_spec, objective, seed=99), [by_id[c] for c in finalists],
+                    args.judge_windows, [r[0] for r in races], ex_winner)
 
     label = ex_spec.loads[objective.load_index].label()
     ex_fit = drift_fit(ex_run.race_windows[label])
@@ -242,24 +271,26 @@ def main() -> None:
             line += "; same as the exhaustive winner: regret 0"
             summary.append((race_s / ex_s, 0.0, 0.0))
         elif judged is not None:
-            r, lo, hi = regret_interval(judged, won_id, ex_winner)
+            r, lo, hi = regret_interval(judged, won_id, ex_winner, judge_level)
             line += (f"; judged regret vs the exhaustive winner {best.winner_id}: {100 * r:+.1f}% "
                      f"[{100 * lo:+.1f}%, {100 * hi:+.1f}%]")
             summary.append((race_s / ex_s, r, hi))
         print(line)
     if judged is not None:
-        print(f"judge run: {args.judge_windows} windows each of {', '.join(finalists)}; innovation sd "
+        print(f"judge run: {judge_windows} windows each of {', '.join(finalists)}, intervals at "
+              f"{100 * judge_level:.2f}% (Bonferroni over {JUDGE_LOOKS} looks); innovation sd "
               f"{100 * np.sqrt(judged.sigma2):.1f}%, neighbour correlation {judged.rho:.2f}, df {judged.df}")
     if summary:
         # The target is judged on the 95% upper bound of the regret: a point estimate under 2% with an
         # interval reaching +7% does not show that racing lost at most 2%.
         met = sum(1 for frac, _, hi in summary if frac <= 0.25 and hi <= 0.02)
         met_point = sum(1 for frac, r, _ in summary if frac <= 0.25 and r <= 0.02)
-        print(f"target (95% upper bound of the judged regret <= 2% with <= 0.25 of the exhaustive wall time): "
+        print(f"target (upper bound of the judged regret, 95% over the judge's looks, <= 2% with <= 0.25 of the "
+              f"exhaustive wall time): "
               f"met in {met} of {len(summary)} racing runs (by the point estimate alone: {met_point}); "
               f"worst upper bound {100 * max(h for _, _, h in summary):+.1f}%; "
               f"wall fractions {', '.join(f'{f:.2f}' for f, _, _ in summary)}; "
-              f"judged regret {', '.join(f'{100 * r:+.1f}%' for _, r, _ in summary)} (95% upper bounds "
+              f"judged regret {', '.join(f'{100 * r:+.1f}%' for _, r, _ in summary)} (upper bounds "
               f"{', '.join(f'{100 * h:+.1f}%' for _, _, h in summary)})")
     for cand in sorted(exhaustive, key=lambda c: pooled.get(c.id, float("inf")))[:5]:
         print(f"  {cand.id} {pooled.get(cand.id, float('nan')):.3f} ms  {cand.route.key()}")

@@ -1,0 +1,136 @@
+"""How far apart are two runs' p99 ratios, and would finer interleaving bring them closer? (a benchmark
+script, not a test; issue 16)
+
+Issue 16 asks a tune's selection estimate (the finalist run) and its re-measured gain (a separate run)
+to agree within 5% at p99. This script asks what the measurement design can do about it, without a
+tune in the way: two ONNX Runtime variants of the bundled conv_attention (or ResNet-style) model, by
+default the pair conv_attention tunes select (ORT defaults with spinning on, the baseline, against
+spinning off; ``--aa``: the baseline against a second copy of itself), are deployed on an embedded
+Triton and measured ``--runs`` times at concurrency 1 with the lean gRPC wire path (pre-serialised
+requests, one blocking call at a time). In every run each design sends ``--requests`` requests to each
+model, alternating between them in blocks:
+
+* ``500:0``: blocks of 500 requests, none discarded: the tuner's p99 windows, interleaved by window;
+* ``N:S``: blocks of N requests of which the first S after each switch are discarded (the switch's
+  own cost), i.e. interleaving at a finer grain, so that drift of the machine falls on both models
+  alike.
+
+Printed per run and design: each model's pooled p99 and the p99 / p50 ratios; then per design the
+mean ratio across runs and the run-to-run spread (sd of the log ratio). With ``--fresh-server`` every
+run starts its own server, as the finalist stage and the re-measure do.
+
+    .venv/bin/python benchmarks/p99_spread.py [--runs 5] [--requests 6000] [--designs 500:0,100:25,25:10] [--aa]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.perf_analyzer_agreement import BUILDERS, ort_candidate  # noqa: E402
+from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E402
+from gpt_triton.deploy import write_model  # noqa: E402
+from gpt_triton.measure.sender import _LEAN_OPTIONS, _MODEL_INFER, serialised_request  # noqa: E402
+from gpt_triton.server import EmbeddedTriton  # noqa: E402
+
+Send = Callable[[str, int, int], list[float]]  # (model, requests, discarded first) -> latencies in ms
+
+
+@contextmanager
+def served_pair(root: Path, model_path: Path, aa: bool) -> Iterator[tuple[Send, tuple[str, str]]]:
+    """A server with the two variants loaded (the baseline twice with ``aa``), and a lean sender."""
+    info = inspect_model(model_path)
+    shapes = resolve_shapes(info, {})
+    rng = np.random.default_rng(0)
+    payloads = [{n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()} for _ in range(16)]
+    pair = [ort_candidate("a", model_path, "ORT_ENABLE_ALL", "1", True),
+            ort_candidate("b", model_path, "ORT_ENABLE_ALL", "1" if aa else "0", False)]
+    with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+        names = []
+        for role, cand in zip(("a", "b"), pair, strict=True):
+            assert cand.artifact is not None
+            deploy = write_model(root / "repo", f"spread_{role}", info, shapes, cand.artifact, cand.serving, "python")
+            server.load(root / "repo" / deploy.model_name)
+            names.append(deploy.model_name)
+        channel = grpc.insecure_channel(server.grpc_url, options=_LEAN_OPTIONS)
+        infer = channel.unary_unary(_MODEL_INFER)
+        wire = {m: [serialised_request(m, p, None) for p in payloads] for m in names}
+
+        def send(model: str, count: int, discard: int) -> list[float]:
+            out = []
+            for i in range(count + discard):
+                start = time.monotonic()
+                infer(wire[model][i % len(payloads)])
+                if i >= discard:
+                    out.append((time.monotonic() - start) * 1e3)
+            return out
+
+        try:
+            for m in names:  # warm-up
+                send(m, 300, 0)
+            yield send, (names[0], names[1])
+        finally:
+            channel.close()
+
+
+def one_design(send: Send, names: tuple[str, str], per_side: int, block: int, discard: int,
+               flip: bool) -> dict[str, np.ndarray]:
+    lat: dict[str, list[float]] = {m: [] for m in names}
+    order = names[::-1] if flip else names
+    while min(len(v) for v in lat.values()) < per_side:
+        for m in order:
+            lat[m] += send(m, block, discard)
+    return {m: np.asarray(v[:per_side]) for m, v in lat.items()}
+
+
+def sd(values: np.ndarray) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="conv_attention", choices=sorted(BUILDERS))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=6000, help="requests per model per design per run")
+    parser.add_argument("--designs", default="500:0,100:25,25:10", help="BLOCK:DISCARDED,... (see the docstring)")
+    parser.add_argument("--aa", action="store_true", help="the baseline against a copy of itself")
+    parser.add_argument("--fresh-server", action="store_true", help="a new server for every run")
+    args = parser.parse_args()
+    designs = [tuple(int(x) for x in d.split(":")) for d in args.designs.split(",")]
+    ratios: dict[tuple[int, ...], list[tuple[float, float, float, float]]] = {d: [] for d in designs}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as server:
+        model_path = BUILDERS[args.model](Path(tmp) / "model" / "model.onnx")
+        for run in range(args.runs):
+            if run == 0 or args.fresh_server:
+                server.close()  # the previous run's server, if any (an ExitStack can be filled again)
+                send, names = server.enter_context(served_pair(Path(tempfile.mkdtemp(dir=tmp)), model_path, args.aa))
+            for block, discard in designs:
+                lat = one_design(send, names, args.requests, block, discard, flip=run % 2 == 1)
+                a, b = (lat[m] for m in names)
+                p99a, p99b = np.percentile(a, 99), np.percentile(b, 99)
+                p50a, p50b = np.percentile(a, 50), np.percentile(b, 50)
+                ratios[(block, discard)].append((p99a / p99b, p50a / p50b, p99a, p99b))
+                print(f"run {run + 1} design {block}:{discard}: p99 {p99a:.3f} / {p99b:.3f} ms = {p99a / p99b:.3f}; "
+                      f"p50 ratio {p50a / p50b:.3f}", flush=True)
+    pair = "baseline / copy of itself" if args.aa else "spinning on / spinning off"
+    print(f"\nmodel {args.model}, {pair}; {args.runs} runs of {args.requests} requests per model and design"
+          f"{', a fresh server each run' if args.fresh_server else ', one server'}")
+    for (block, discard), rs in ratios.items():
+        p99 = np.log([r[0] for r in rs])
+        p50 = np.log([r[1] for r in rs])
+        print(f"design {block}:{discard}: p99 ratio {np.exp(p99.mean()):.3f} (run-to-run sd {100 * sd(p99):.1f}%), "
+              f"p50 ratio {np.exp(p50.mean()):.3f} (sd {100 * sd(p50):.1f}%); mean p99 "
+              f"{np.mean([r[2] for r in rs]):.3f} / {np.mean([r[3] for r in rs]):.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
