@@ -17,7 +17,9 @@ model, alternating between them in blocks:
 
 Printed per run and design: each model's pooled p99 and the p99 / p50 ratios; then per design the
 mean ratio across runs and the run-to-run spread (sd of the log ratio). With ``--fresh-server`` every
-run starts its own server, as the finalist stage and the re-measure do.
+run starts its own server, as the finalist stage and the re-measure do. ``--positions N`` then
+alternates N blocks of 100 requests and prints each model's mean latency by position after the switch:
+how long the previous model's carry-over lasts, which ``measure.settle_s`` leaves out of every window.
 
     .venv/bin/python benchmarks/p99_spread.py [--runs 5] [--requests 6000] [--designs 500:0,100:25,25:10] [--aa]
 """
@@ -92,6 +94,17 @@ def one_design(send: Send, names: tuple[str, str], per_side: int, block: int, di
     return {m: np.asarray(v[:per_side]) for m, v in lat.items()}
 
 
+def carry_over(send: Send, names: tuple[str, str], blocks: int) -> None:
+    """Mean latency by position after a switch to each model, in alternating blocks of 100 requests."""
+    by_position = {m: np.array([[send(m, 100, 0) for m in names] for _ in range(blocks)])[:, k]
+                   for k, m in enumerate(names)}
+    for m, lat in by_position.items():
+        elapsed = np.cumsum(lat.mean(0))
+        print(f"carry-over {m}: mean ms at positions 0-11 after the switch "
+              + " ".join(f"{v:.2f}" for v in lat.mean(0)[:12])
+              + f"; positions 20-99 {lat[:, 20:].mean():.2f}; position 12 ends {elapsed[11]:.0f} ms after the switch")
+
+
 def sd(values: np.ndarray) -> float:
     return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
 
@@ -104,6 +117,7 @@ def main() -> None:
     parser.add_argument("--designs", default="500:0,100:25,25:10", help="BLOCK:DISCARDED,... (see the docstring)")
     parser.add_argument("--aa", action="store_true", help="the baseline against a copy of itself")
     parser.add_argument("--fresh-server", action="store_true", help="a new server for every run")
+    parser.add_argument("--positions", type=int, default=0, help="blocks of 100 for the carry-over profile")
     args = parser.parse_args()
     designs = [tuple(int(x) for x in d.split(":")) for d in args.designs.split(",")]
     ratios: dict[tuple[int, ...], list[tuple[float, float, float, float]]] = {d: [] for d in designs}
@@ -121,6 +135,8 @@ def main() -> None:
                 ratios[(block, discard)].append((p99a / p99b, p50a / p50b, p99a, p99b))
                 print(f"run {run + 1} design {block}:{discard}: p99 {p99a:.3f} / {p99b:.3f} ms = {p99a / p99b:.3f}; "
                       f"p50 ratio {p50a / p50b:.3f}", flush=True)
+        if args.positions:
+            carry_over(send, names, args.positions)
     pair = "baseline / copy of itself" if args.aa else "spinning on / spinning off"
     print(f"\nmodel {args.model}, {pair}; {args.runs} runs of {args.requests} requests per model and design"
           f"{', a fresh server each run' if args.fresh_server else ', one server'}")

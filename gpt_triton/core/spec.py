@@ -75,6 +75,10 @@ class MeasureSpec(_Strict):
     protocol: Literal["grpc", "http"] = "grpc"
     # Requests beyond the objective's quantile each window holds (p99 with 5: 500 requests per window).
     tail_requests: Annotated[int, Field(ge=1)] = 5
+    # Seconds at the start of every concurrency-1 window whose requests are sent but not counted: the model
+    # measured just before (its spinning threads, its cache footprint) slows the next one for ~20-26 ms,
+    # which is not the steady traffic production sees and lands in a p99 (docs/measurement.md).
+    settle_s: Annotated[float, Field(ge=0)] = 0.05
     # After racing, the tie group (or the top `finalists` by point estimate) plus the baseline are judged
     # again in one interleaved run of up to `finalist_windows` windows each (default: max_windows) before selection.
     finalists: Annotated[int, Field(ge=0)] = 3  # 0: no finalist stage

@@ -30,9 +30,12 @@ class LoadClient(ABC):
     @abstractmethod
     def window(self, grpc_url: str, model_name: str, requests: Sequence[dict[str, np.ndarray]], load: LoadProfile,
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
-               metrics_url: str | None = None, seed: int = 0, payload_start: int = 0) -> WindowSample:
+               metrics_url: str | None = None, seed: int = 0, payload_start: int = 0,
+               settle_s: float = 0.0) -> WindowSample:
         """Drive ``model_name`` with ``load`` for at least ``duration_s`` and ``min_requests`` requests,
-        payloads cycling through ``requests`` from ``payload_start``; ``seed`` draws random arrivals."""
+        payloads cycling through ``requests`` from ``payload_start``; ``seed`` draws random arrivals.
+        ``settle_s``: at concurrency 1, requests sent for this long first are not counted (nor in the
+        server-side breakdown): the previous model's carry-over is not this model's latency."""
 
 
 class BuiltinClient(LoadClient):
@@ -47,8 +50,9 @@ class BuiltinClient(LoadClient):
 
     def window(self, grpc_url: str, model_name: str, requests: Sequence[dict[str, np.ndarray]], load: LoadProfile,
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
-               metrics_url: str | None = None, seed: int = 0, payload_start: int = 0) -> WindowSample:
+               metrics_url: str | None = None, seed: int = 0, payload_start: int = 0,
+               settle_s: float = 0.0) -> WindowSample:
         return run_window(grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs,
                           metrics_url=metrics_url, processes=self.processes, seed=seed, payload_start=payload_start,
-                          protocol=self.protocol, http_url=self.http_url)
+                          protocol=self.protocol, http_url=self.http_url, settle_s=settle_s)
 

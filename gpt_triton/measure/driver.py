@@ -52,12 +52,14 @@ def run_window(
     payload_start: int = 0,
     protocol: str = "grpc",
     http_url: str | None = None,
+    settle_s: float = 0.0,
 ) -> WindowSample:
     """Drive ``model_name`` with ``load`` for ``duration_s`` (and at least ``min_requests``).
 
     Payloads cycle through ``requests`` (from ``payload_start``) so shapes and batch sizes are the
     reference data's. ``seed`` draws the Poisson schedule; vary it between windows. ``processes`` > 1
     splits the window across spawned generator processes (see :mod:`gpt_triton.measure.workers`).
+    ``settle_s``: the concurrency-1 loop first sends requests for this long without counting them.
     """
     process = arrival_process(load, lambda: model_dtypes(grpc_url, model_name))
     payloads = process.payloads(requests)
@@ -68,7 +70,8 @@ def run_window(
     if protocol == "http" and not http_url:
         raise GptTritonError(HTTP_ENDPOINT_UNKNOWN)
     job = Job(grpc_url, model_name, payloads, list(outputs) if outputs else None, max(1, load.concurrency),
-              offsets, duration_s, min_requests, payload_start, protocol=protocol, http_url=http_url)
+              offsets, duration_s, min_requests, payload_start, protocol=protocol, http_url=http_url,
+              settle_s=settle_s)
     if offsets is not None:
         job.indices = process.payload_indices(len(offsets), payload_start, len(payloads))
 

@@ -161,7 +161,7 @@ class Measurer:
         return self.client.window(
             self.grpc_url, model, self.requests, load, duration_s, min_requests, outputs=self.outputs,
             metrics_url=self.metrics_url, seed=self.seed * 1_000_003 + self._windows_run,
-            payload_start=self._windows_run * 131,
+            payload_start=self._windows_run * 131, settle_s=self.spec.settle_s,
         )
 
     def _say(self, log: list[str], message: str) -> None:

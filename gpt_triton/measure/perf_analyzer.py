@@ -185,7 +185,10 @@ class PerfAnalyzerClient(LoadClient):
 
     def window(self, grpc_url: str, model_name: str, requests: Sequence[dict[str, np.ndarray]], load: LoadProfile,
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
-               metrics_url: str | None = None, seed: int = 0, payload_start: int = 0) -> WindowSample:
+               metrics_url: str | None = None, seed: int = 0, payload_start: int = 0,
+               settle_s: float = 0.0) -> WindowSample:
+        # settle_s is not needed here: each window is a new perf_analyzer process, whose start (~0.1 s and
+        # more) already lets the previous model's threads go quiet, and its first request is left out.
         if not requests:
             raise GptTritonError("no requests to send: the tuning split is empty")
         flags = load_arguments(load)

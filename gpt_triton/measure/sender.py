@@ -49,6 +49,7 @@ class Job:
     drain_timeout_s: float = 30.0
     protocol: str = "grpc"  # measure.protocol: how the load reaches Triton (statistics always come over gRPC)
     http_url: str | None = None  # the server's HTTP endpoint, for protocol http
+    settle_s: float = 0.0  # lean loop: requests sent for this long after the probe are not counted
 
 
 @dataclass
@@ -113,12 +114,20 @@ def lean_loop(job: Job, call: Callable[[int], object], failures: tuple[type[Base
               describe: Callable[[Any], str], before_start: Callable[[], float | None] | None = None) -> Raw:
     """The timed loop of the lean clients: ``call(index)`` sends payload ``index`` and blocks until its
     response; an exception in ``failures`` is a failed request (``describe`` words it). One untimed
-    probe first opens the connection, so the first timed request does not pay for it."""
+    probe first opens the connection, so the first timed request does not pay for it; then requests
+    go uncounted for ``job.settle_s`` (the previous model's carry-over), before the window's clock and
+    the server-side snapshot (``before_start``) start."""
     raw = Raw()
-    try:
-        call(job.payload_start)
-    except failures as exc:
-        raw.first_error = describe(exc)
+    index = job.payload_start
+    settled = time.monotonic() + job.settle_s
+    while True:
+        try:
+            call(index)
+        except failures as exc:
+            raw.first_error = raw.first_error or describe(exc)
+        index += 1
+        if time.monotonic() >= settled:
+            break
     start = before_start() if before_start is not None else None
     raw.start = start if start is not None else time.monotonic()
     hard_stop = raw.start + max(10 * job.duration_s, job.duration_s + 60.0)

@@ -175,3 +175,23 @@ def test_the_lean_loop_at_concurrency_one_matches_the_server(delay_models: Embed
     assert np.all(w.latencies_ms >= 20.0)  # each request slept 20 ms: the clock spans the whole call
     with pytest.raises(ValueError, match="concurrency 1"):
         drive_lean(Job(delay_models.grpc_url, "measure_fast", requests_x, None, 2, None, 0.1, 0))
+
+
+@pytest.mark.slow
+def test_the_lean_loop_settles_before_it_counts(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    """settle_s: requests go to the model first, uncounted by the window and outside the server-side
+    breakdown (the previous model's carry-over is not this model's latency)."""
+    from gpt_triton.measure.server_stats import stats_json
+
+    def served() -> int:
+        stats = stats_json(delay_models.client().get_inference_statistics("measure_slow20", as_json=True))
+        return int(stats.get("success_count", 0))
+
+    before = served()
+    w = run_window(delay_models.grpc_url, "measure_slow20", requests_x, LoadProfile(concurrency=1), 0.1,
+                   min_requests=4, metrics_url=delay_models.metrics_url, settle_s=0.2)
+    res = w.result
+    assert res.errors == 0 and res.requests == w.latencies_ms.size >= 4
+    assert res.server is not None and res.server.success_count == res.requests
+    # the probe, then 20 ms requests for 0.2 s, then the counted ones
+    assert served() - before >= res.requests + 1 + 8
