@@ -310,9 +310,16 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
     spec_file = _write_spec(tmp_path, tiny_spec())  # two quick builds, then the first candidate loads
     repo = tmp_path / "repo"
-    proc = subprocess.Popen([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec_file),
-                             "--repository", str(repo), "--out", str(tmp_path / "run")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # A shell that starts the suite in the background (`cmd &` without job control) hands it SIGINT ignored,
+    # and an ignored signal stays ignored across exec: the tune would rightly not see Ctrl-C. A handler
+    # set here is reset to the default at exec, so the child starts with Ctrl-C as a terminal gives it.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(spec_file),
+                                 "--repository", str(repo), "--out", str(tmp_path / "run")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         deadline = time.monotonic() + 180
         server: psutil.Process | None = None
