@@ -96,8 +96,8 @@ def one_design(send: Send, names: tuple[str, str], per_side: int, block: int, di
 
 def carry_over(send: Send, names: tuple[str, str], blocks: int) -> None:
     """Mean latency by position after a switch to each model, in alternating blocks of 100 requests."""
-    by_position = {m: np.array([[send(m, 100, 0) for m in names] for _ in range(blocks)])[:, k]
-                   for k, m in enumerate(names)}
+    runs = np.array([[send(m, 100, 0) for m in names] for _ in range(blocks)])  # (block, model, position)
+    by_position = {m: runs[:, k] for k, m in enumerate(names)}
     for m, lat in by_position.items():
         elapsed = np.cumsum(lat.mean(0))
         print(f"carry-over {m}: mean ms at positions 0-11 after the switch "
