@@ -152,6 +152,29 @@ def select(
     return out
 
 
+def after_refinement(chosen: Selection, baseline_id: str, refined: Interval, requests: tuple[int, int]) -> Selection:
+    """The finalist stage's choice once the selected candidate and the baseline were measured on (the
+    refinement): ``refined`` is their baseline/selected latency ratio over all the pair's windows of
+    that run, resting on ``requests`` (baseline, selected).
+
+    The choice was made on fewer windows. When the pair's ratio now puts the baseline ahead by point
+    (below 1), the baseline is selected: in a tie the tie-break ranks the default route first on accuracy
+    margin (the tuning split's reference is its own output) and build cost, so speed decides, and on the
+    most data about the pair the baseline is the faster one. Seen on the ResNet CNN: the finalists picked
+    a candidate 3% ahead, the refinement found the baseline 18% ahead, and the re-measure then spent its
+    budget confirming a tie. Otherwise the choice stands, with the refined ratio as its estimate."""
+    if chosen.winner_id is None or chosen.winner_id == baseline_id:
+        return chosen
+    if refined.value >= 1.0:
+        return chosen.model_copy(update={"estimate_ratio": refined.value})
+    line = (f"the selected {chosen.winner_id} against the baseline over all their windows: ratio {refined.value:.3f} "
+            f"[{refined.low:.3f}, {refined.high:.3f}] on {requests[0]} + {requests[1]} requests puts the baseline ahead: "
+            f"the baseline {baseline_id} is selected, runner-up {chosen.winner_id}")
+    return chosen.model_copy(update={
+        "winner_id": baseline_id, "runner_up_id": chosen.winner_id, "estimate_ratio": 1.0,
+        "ties": [cid for cid in chosen.ties if cid != baseline_id], "log": [*chosen.log, line]})
+
+
 def gain(
     baseline: RemeasureResult,
     winner: RemeasureResult,

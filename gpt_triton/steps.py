@@ -23,7 +23,7 @@ from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
 from gpt_triton.run import Run
-from gpt_triton.select import Selection, gain, select
+from gpt_triton.select import Selection, after_refinement, gain, select
 from gpt_triton.serving import measurer, serve
 
 
@@ -108,27 +108,28 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
                        lambda c: candidate_eligible(c, run.spec.accuracy),
                        [judged.contrasts] if judged.contrasts else [], spec.confidence)
         baseline = next((c.id for c in copies if c.is_baseline), None)
-        refined = None
+        refined, pair = None, None
         if final.winner_id is not None and baseline is not None and final.winner_id != baseline:
             # Separated (or tied and broken) says who; the gain selection reports is then measured to
             # measure.gain_precision with the selected candidate and the baseline, on this server.
             # Half of what is left of the time budget: the re-measure gets the other half.
-            refined = judge.refine(loaded, (baseline, final.winner_id), judged.objective_samples, notes,
-                                   deadline=run.budget_deadline(0.5))
-            if refined is not None:
-                final.estimate_ratio = refined.ratio.value
+            pair = (baseline, final.winner_id)
+            refined = judge.refine(loaded, pair, judged.objective_samples, notes, deadline=run.budget_deadline(0.5))
+    chosen_on_the_run = len(final.log)
+    if refined is not None and baseline is not None:
+        final = after_refinement(final, baseline, refined.ratio, refined.requests)
     for line in judged.log:
         run.decide(f"finalists: {line}")
-    for line in final.log:
+    for line in final.log[:chosen_on_the_run]:
         run.decide(f"finalists: select: {line}")
-    for line in notes:
-        run.decide(line)
+    for line in notes + final.log[chosen_on_the_run:]:  # the refinement, then what it changed
+        run.decide(line if line.startswith("finalists: ") else f"finalists: select: {line}")
     if final.winner_id is None:
         run.decide("finalists: no finalist was measured again: the search's selection stands")
         return first
     requests = {c.id: c.latency[0].requests for c in copies if c.latency}
-    if refined is not None and baseline is not None:  # the estimate is the refined pair's ratio: it rests on
-        requests[baseline], requests[final.winner_id] = refined.requests  # their added windows too
+    if refined is not None and pair is not None:  # the estimate is the refined pair's ratio: it rests on
+        requests[pair[0]], requests[pair[1]] = refined.requests  # their added windows too
     run.decide(f"finalists: selected {named_id(copies, final.winner_id)} (search had {first.winner_id}); estimate resting on "
                + ", ".join(f"{cid} {n} requests" for cid, n in requests.items()))
     return final

@@ -157,3 +157,22 @@ def test_finalists_are_the_tie_group_filled_to_top_k_and_the_baseline() -> None:
     # A cap keeps the fastest, and always the search's winner.
     wide = Selection(winner_id="d", ties=["a", "b", "c"], values=first.values)
     assert [c.id for c in contenders(cands, wide, top_k=3, cap=2)] == ["d", "a", "base"]
+
+
+def test_the_refined_pair_can_hand_the_choice_back_to_the_baseline() -> None:
+    from gpt_triton.select import Selection, after_refinement
+
+    chosen = Selection(winner_id="a", runner_up_id="b", ties=["b", "base"], estimate_ratio=1.03,
+                       values={"a": 34.0, "b": 34.3, "base": 35.0}, log=["selected a, runner-up b"])
+    # The pair's windows still put the selected candidate ahead: the choice stands, with their ratio.
+    ahead = after_refinement(chosen, "base", Interval(value=1.08, low=0.95, high=1.21), (5500, 5500))
+    assert (ahead.winner_id, ahead.runner_up_id, ahead.estimate_ratio, ahead.log) == ("a", "b", 1.08, chosen.log)
+    # They put the baseline ahead (ResNet, 2026-12-04: 0.824 [0.719, 1.129]): the baseline is selected.
+    behind = after_refinement(chosen, "base", Interval(value=0.824, low=0.719, high=1.129), (5500, 5400))
+    assert (behind.winner_id, behind.runner_up_id, behind.estimate_ratio) == ("base", "a", 1.0)
+    assert behind.ties == ["b"] and behind.values == chosen.values
+    assert "0.824 [0.719, 1.129] on 5500 + 5400 requests puts the baseline ahead" in behind.log[-1]
+    assert chosen.winner_id == "a" and len(chosen.log) == 1  # a new Selection, the old one untouched
+    # Nothing to reconsider when the baseline was already chosen.
+    own = Selection(winner_id="base", estimate_ratio=1.0)
+    assert after_refinement(own, "base", Interval(value=0.5, low=0.4, high=0.6), (1, 1)) is own
