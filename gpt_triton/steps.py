@@ -102,7 +102,9 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         judge = Measurer(server.grpc_url, run.tuning.inputs, stage, objective, metrics_url=server.metrics_url,
                          progress=advance, processes=spec.client_processes, seed=4_243,
                          http_url=server.http_url or None)
-        judged = judge.measure(loaded, until_separated=True)
+        # Half of what is left of the time budget for the finalist run and its refinement (past it, each
+        # load ends at min_windows); the re-measure gets the other half.
+        judged = judge.measure(loaded, until_separated=True, deadline=run.budget_deadline(0.5))
         run.apply(copies, judged.outcomes)
         final = select([c for c in copies if c.status == "measured"], objective,
                        lambda c: candidate_eligible(c, run.spec.accuracy),
@@ -112,7 +114,7 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         if final.winner_id is not None and baseline is not None and final.winner_id != baseline:
             # Separated (or tied and broken) says who; the gain selection reports is then measured to
             # measure.gain_precision with the selected candidate and the baseline, on this server.
-            # Half of what is left of the time budget: the re-measure gets the other half.
+            # Again half of what is left: the re-measure gets the rest.
             pair = (baseline, final.winner_id)
             refined = judge.refine(loaded, pair, judged.objective_samples, notes, deadline=run.budget_deadline(0.5))
     chosen_on_the_run = len(final.log)

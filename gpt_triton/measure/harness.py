@@ -5,12 +5,11 @@
   whichever happened to be measured last. Each candidate gets a short warm-up before its first window.
 * Racing: every candidate first gets one full window (nothing is pruned before it was timed); after
   each round, a candidate is dropped when its drift-adjusted objective is clearly worse than the
-  leader's (:func:`gpt_triton.measure.racing.race_round`): one model over ALL windows of the run in the
-  order they ran, with candidate and round effects and errors correlated between neighbouring windows
-  (the drift of a shared machine lives on the scale of a window or two), and the error is
-  Bonferroni-split over comparisons and rounds. After the first round the order is shuffled each round.
-  The remaining budget goes to the contenders until each is stable (perf_analyzer's rule), separated
-  from every other candidate, or at ``max_windows``.
+  leader's (:func:`gpt_triton.measure.racing.race_round`: one model over ALL windows of the run in
+  order, candidate and round effects, errors correlated between neighbouring windows, the error
+  Bonferroni-split over comparisons and rounds). After the first round the order is shuffled each
+  round. The rest of the budget goes to the contenders until each is stable (perf_analyzer's rule),
+  separated from every other candidate, or at ``max_windows``.
 * Re-measure: a *separate* interleaved run of the finalists with fresh windows and seeds; the gain is
   computed on it, not on the windows that picked the winner (the winner's curse).
 """
@@ -62,11 +61,9 @@ class MeasureRun:
 
     outcomes: list[MeasureOutcome]
     log: list[str]  # the decision log, in order
-    # The drift model of the objective load's run, for selection's tie test (None when the objective
-    # spans several loads, or too few windows ran to fit it).
+    # The objective load's drift model, for selection's tie test (None: the objective spans loads, or too few windows).
     contrasts: ObjectiveContrasts | None
-    # Racing's view of every window (log objective, in the order run), by load label: what the drift
-    # model was fitted on, kept for reports and benchmarks.
+    # Every window's log objective in the order run, by load label: what the drift model was fitted on.
     race_windows: dict[str, list[RaceWindow]]
     machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
     windows: int  # windows this run took, warm-ups included
@@ -154,8 +151,6 @@ class Measurer:
         """Windows this measurer has run so far, warm-ups included (a measure of the time spent)."""
         return self._windows_run
 
-    # ------------------------------------------------------------ one window
-
     def _window(self, model: str, load: LoadProfile, duration_s: float, min_requests: int) -> WindowSample:
         self._windows_run += 1
         return self.client.window(
@@ -167,8 +162,6 @@ class Measurer:
     def _say(self, log: list[str], message: str) -> None:
         log.append(message)
         self.progress(message)
-
-    # ------------------------------------------------------------ racing
 
     def _record(self, run: _Run, cid: str, round_no: int, sample: WindowSample) -> None:
         """The window's log objective (lower is better) and its in-window variance, for racing."""
@@ -218,17 +211,16 @@ class Measurer:
                            f"windows each at their current differences: stopped as a tie")
         return state.futile
 
-    # ------------------------------------------------------------ interleaved runs
-
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
                     max_windows: int, stop_when_stable: bool, log: list[str], shuffle: bool = True,
-                    min_requests: int | None = None) -> _Run:
+                    min_requests: int | None = None, deadline: float | None = None) -> _Run:
         """Interleaved rounds over ``models`` at ``load``; each window holds at least ``min_requests``
-        (default: what the objective's quantile needs)."""
+        (default: what the objective's quantile needs); past ``deadline`` (monotonic) it ends at ``min_windows``."""
         min_requests = self.window_min_requests if min_requests is None else min_requests
         run = _Run(samples={cid: [] for cid in models})
         max_windows = max(max_windows, min_windows)
         done: set[str] = set()
+        ended_by = "max_windows"
         rng = np.random.default_rng(self.seed * 31 + len(self.window_order))
         for round_no in range(1, max_windows + 1):
             todo = [cid for cid in models if cid not in done and cid not in run.dropped and cid not in run.failed]
@@ -275,9 +267,13 @@ class Measurer:
                     if cid not in run.failed and is_stable([s.result for s in run.samples[cid]], self.spec.stability):
                         done.add(cid)
                         self._say(log, f"{cid} stable at {load.label()} after {len(run.samples[cid])} windows")
+            if deadline is not None and time.monotonic() >= deadline and round_no < max_windows:
+                ended_by = "time budget"
+                self._say(log, f"time budget: {load.label()} ended after {round_no} rounds (min_windows {min_windows})")
+                break
         for cid in models:
             if cid not in done and cid not in run.dropped and cid not in run.failed and stop_when_stable:
-                self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows (max_windows)")
+                self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows ({ended_by})")
         return run
 
     def _until_precise(self, run: _Run, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
@@ -337,13 +333,13 @@ class Measurer:
             raise GptTritonError(f"{doing}: {cid} failed: {why}")
         return found
 
-    def measure(self, candidates: Sequence[Candidate], until_separated: bool = False) -> MeasureRun:
-        """Measure every deployed candidate at every load in ``spec.loads``. Candidates are read, never
+    def measure(self, candidates: Sequence[Candidate], until_separated: bool = False,
+                deadline: float | None = None) -> MeasureRun:
+        """Measure every deployed candidate at every load in ``spec.loads``; candidates are read, never
         changed: each gets a :class:`MeasureOutcome` (``measured``, or ``failed`` with the reason).
-
-        ``until_separated`` (the finalist stage): a candidate's windows do not stop at stability; the run
-        goes on until racing has separated the candidates, found them futile to separate (a tie that
-        holds at ``max_windows``), or ``max_windows`` is reached."""
+        ``until_separated`` (the finalist stage): windows do not stop at stability; the run goes on until
+        racing has separated the candidates, found them futile to separate (a tie that holds), or
+        ``max_windows``. Past ``deadline`` (monotonic: the time budget) a load ends at ``min_windows``."""
         log: list[str] = []
         windows_before = self._windows_run
         groups: dict[str, list[Candidate]] = {}
@@ -377,7 +373,8 @@ class Measurer:
                 sized = i == obj_index or self.objective.metric == "throughput"
                 runs[i] = self._interleave(live, spec.loads[i], race and i == obj_index, spec.min_windows,
                                            spec.max_windows, not until_separated, log,
-                                           min_requests=None if sized else spec.window_min_requests)
+                                           min_requests=None if sized else spec.window_min_requests,
+                                           deadline=deadline)
                 excluded |= set(runs[i].dropped) | set(runs[i].failed)
                 race_windows[spec.loads[i].label()] = runs[i].windows
         obj_samples = [s for samples in runs[obj_index].samples.values() for s in samples]

@@ -190,6 +190,31 @@ def test_until_separated_keeps_going_past_stability(delay_models: EmbeddedTriton
 
 
 @pytest.mark.slow
+def test_past_the_deadline_a_run_ends_at_min_windows(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    """The finalist stage's share of the time budget: once it has passed, no round starts beyond
+    min_windows, whether the run would go on until separated or until stable."""
+    a, b = cand("a", "measure_fast"), cand("b", "measure_fast_b")  # the same cost: racing would go on
+    kw = dict(warmup_s=0.0, window_s=0.1, min_windows=3, max_windows=6, stability=1e-9)
+    m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
+    run = m.measure([a, b], until_separated=True, deadline=time.monotonic())
+    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 3, "b": 3}
+    assert any(line.startswith("time budget: concurrency=1 ended after 3 rounds") for line in run.log), run.log
+    # stability 1e-9 never holds: the stable rule would run to max_windows; the deadline ends it, and says so.
+    a, b = cand("a", "measure_fast"), cand("b", "measure_fast_b")
+    late = measured(Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50")),
+                    [a, b])
+    assert len(a.latency[0].windows) == 6 and any(line.endswith("(max_windows)") for line in late.log)
+    m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
+    run = m.measure([a, b], deadline=time.monotonic())
+    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 3, "b": 3}
+    assert any(line.startswith("a not stable") and line.endswith("(time budget)") for line in run.log), run.log
+    # A deadline not yet reached changes nothing.
+    m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
+    run = m.measure([a, b], until_separated=True, deadline=time.monotonic() + 3600)
+    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 6, "b": 6}
+
+
+@pytest.mark.slow
 def test_remeasure_goes_on_with_the_pair_until_the_gain_is_known(delay_models: EmbeddedTriton,
                                                                   requests_x: list) -> None:
     base, win, other = cand("base", "measure_slow20"), cand("win", "measure_fast"), cand("other", "measure_fast_b")
