@@ -165,7 +165,7 @@ def after_refinement(chosen: Selection, baseline_id: str, refined: Interval, req
     budget confirming a tie. Otherwise the choice stands, with the refined ratio as its estimate."""
     if chosen.winner_id is None or chosen.winner_id == baseline_id:
         return chosen
-    if refined.value >= 1.0:
+    if refined.value >= 1.0 or baseline_id not in chosen.values:  # not eligible (an SLO it misses): the choice stands
         return chosen.model_copy(update={"estimate_ratio": refined.value})
     line = (f"the selected {chosen.winner_id} against the baseline over all their windows: ratio {refined.value:.3f} "
             f"[{refined.low:.3f}, {refined.high:.3f}] on {requests[0]} + {requests[1]} requests puts the baseline ahead: "

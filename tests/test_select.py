@@ -173,6 +173,9 @@ def test_the_refined_pair_can_hand_the_choice_back_to_the_baseline() -> None:
     assert behind.ties == ["b"] and behind.values == chosen.values
     assert "0.824 [0.719, 1.129] on 5500 + 5400 requests puts the baseline ahead" in behind.log[-1]
     assert chosen.winner_id == "a" and len(chosen.log) == 1  # a new Selection, the old one untouched
+    # A baseline selection found ineligible (an SLO it misses, say) is not handed the choice.
+    ineligible = chosen.model_copy(update={"values": {"a": 34.0, "b": 34.3}})
+    assert after_refinement(ineligible, "base", Interval(value=0.824, low=0.719, high=1.129), (1, 1)).winner_id == "a"
     # Nothing to reconsider when the baseline was already chosen.
     own = Selection(winner_id="base", estimate_ratio=1.0)
     assert after_refinement(own, "base", Interval(value=0.5, low=0.4, high=0.6), (1, 1)) is own
