@@ -118,14 +118,16 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
             pair = (baseline, final.winner_id)
             refined = judge.refine(loaded, pair, judged.objective_samples, notes, deadline=run.budget_deadline(0.5))
     chosen_on_the_run = len(final.log)
-    if refined is not None and baseline is not None:
-        final = after_refinement(final, baseline, refined.ratio, refined.requests)
+    if refined is not None and pair is not None:
+        final = after_refinement(final, pair[0], refined.ratio, refined.requests)
     for line in judged.log:
         run.decide(f"finalists: {line}")
     for line in final.log[:chosen_on_the_run]:
         run.decide(f"finalists: select: {line}")
-    for line in notes + final.log[chosen_on_the_run:]:  # the refinement, then what it changed
-        run.decide(line if line.startswith("finalists: ") else f"finalists: select: {line}")
+    for line in notes:  # the refinement (its lines carry their own prefix), then what it changed
+        run.decide(line)
+    for line in final.log[chosen_on_the_run:]:
+        run.decide(f"finalists: select: {line}")
     if final.winner_id is None:
         run.decide("finalists: no finalist was measured again: the search's selection stands")
         return first
