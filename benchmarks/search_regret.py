@@ -50,8 +50,9 @@ from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.deploy import write_model
-from gpt_triton.measure.harness import Measurer, MeasureRun
+from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.racing import DriftFit, RaceWindow, drift_fit
+from gpt_triton.measure.runs import MeasureRun
 from gpt_triton.select import select
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.steps import contenders

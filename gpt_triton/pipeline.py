@@ -29,7 +29,7 @@ from gpt_triton.precision import PrecisionSearch
 from gpt_triton.preflight import prepare as preflight
 from gpt_triton.promote.candidate import promote_candidate
 from gpt_triton.promote.signing import load_signing_key
-from gpt_triton.run import Progress, Run, TuneOptions, judging_reserve_s
+from gpt_triton.run import Progress, Run, TuneOptions
 from gpt_triton.search import CandidateSearch
 from gpt_triton.server import TritonServer
 from gpt_triton.serving import deployed, measurer, open_server, unusable_families
@@ -97,7 +97,9 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
         search = PrecisionSearch(CandidateSearch(spec, run.info, unavailable=unusable_families(spec, server),
                                                  baseline=run.options.baseline),
                                  spec, context, lambda: run.tuning, run.started, run.run_dir / "precision")
-        while not run.over_budget(reserve_s=judging_reserve_s(spec)):
+        # The search stops leaving the later stages' least cost, planned from its own windows so far. The
+        # first batch (the baseline is in it) always runs: with nothing measured there is no run to end.
+        while not (report.candidates and run.budget.over(run.budget.search_reserve_s(_measured(report.candidates)))):
             batch = search.ask()
             if not batch:
                 break
@@ -117,6 +119,8 @@ def _search(run: Run, ref: ReferenceSet) -> HeldOut:
             run.save()
         for line in search.decisions:
             report.decisions.append(f"search: {line}")
+        if spec.time_budget_s is not None:
+            run.decide(run.budget.plan_note(_measured(report.candidates)))
     return heldout
 
 
@@ -141,7 +145,13 @@ def _serve_batch(run: Run, server: TritonServer, batch: list[Candidate], cache: 
         run.apply(fresh, screen(server.grpc_url, fresh, run.tuning, run.spec.accuracy, run.output_names))
         feasible = [c for c in loaded if c.status == "deployed"]
         with run.progress.bar(f"measuring {len(feasible)} candidates (windows)", None) as advance:
-            measured = measurer(run, server, advance).measure(feasible)
+            windows = measurer(run, server, advance)
+            # Past the budget less the later stages' least cost (which this batch's windows tell), each
+            # load ends at min_windows.
+            measurable = _measured(run.report.candidates) + len(feasible)
+            measured = windows.measure(feasible, deadline=lambda: run.budget.deadline(
+                keep_s=run.budget.search_reserve_s(measurable, windows.objective_window_seconds)))
+        run.budget.observe_windows(windows.objective_window_seconds)
         for line in measured.log:
             run.decide(line)
         run.apply(feasible, measured.outcomes)
@@ -204,3 +214,7 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
         report.promoted_version, report.promoted_path = promoted.version, str(promoted.path)
         run.decide(f"promoted {named(accepted)} as {name} version {promoted.version} into {repository}"
                    + ("" if promoted.signed else ", UNSIGNED: no signing key was set, nothing proves it untampered"))
+
+
+def _measured(candidates: list[Candidate]) -> int:
+    return sum(c.status == "measured" for c in candidates)

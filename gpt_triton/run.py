@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpt_triton import __version__
 from gpt_triton.accuracy.reference import ReferenceSet
+from gpt_triton.budget import TimeBudget
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.naming import named
@@ -119,15 +120,6 @@ def check_repository_writable(repository: Path) -> None:
         raise GptTritonError(f"model repository {repository} is not writable (checked {probe_dir}); pass --repository DIR")
 
 
-def judging_reserve_s(spec: TuneSpec) -> float:
-    """What the search leaves of ``time_budget_s`` for the stages after it: the finalists, the re-measure
-    and, with ``measure.gain_precision`` on, their extension to a known gain width (which takes half each
-    of what is left when it starts). A quarter of the budget, at least a minute: a search that spent it
-    all would leave the gain it claims resting on the minimum windows."""
-    budget = spec.time_budget_s or 0.0
-    return max(60.0, 0.25 * budget) if spec.measure.gain_precision > 0 else 60.0
-
-
 class Run:
     """One tuning run: owns the report and saves it after every stage."""
 
@@ -139,6 +131,7 @@ class Run:
         self.progress = progress
         self.log = progress.log
         self.started = time.monotonic()
+        self.budget = TimeBudget(self.spec, self.started)  # planned from the run's observed costs
         self.tuning: ReferenceSet = ReferenceSet(inputs=[], source="(not split yet)")  # set once split
         run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         self.run_dir = options.out or Path("runs") / f"{info.name}-{run_id}"
@@ -173,16 +166,3 @@ class Run:
     def save(self) -> None:
         self.report.tuning_seconds = round(time.monotonic() - self.started, 3)
         write_json_atomic(self.run_dir / "report.json", self.report.model_dump_json(indent=1))
-
-    def budget_deadline(self, share: float = 1.0) -> float | None:
-        """The monotonic time by which a stage should end to use ``share`` of what is left of
-        ``time_budget_s`` (None: no budget). Past the budget it is now: the stage does its minimum."""
-        budget = self.spec.time_budget_s
-        if budget is None:
-            return None
-        now = time.monotonic()
-        return now + share * max(0.0, self.started + budget - now)
-
-    def over_budget(self, reserve_s: float = 0.0) -> bool:
-        budget = self.spec.time_budget_s
-        return budget is not None and time.monotonic() - self.started > budget - reserve_s

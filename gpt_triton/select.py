@@ -25,7 +25,7 @@ from gpt_triton.measure.quantiles import requests_needed
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
 
 if TYPE_CHECKING:
-    from gpt_triton.measure.harness import RemeasureResult
+    from gpt_triton.measure.runs import RemeasureResult
 
 
 class Selection(BaseModel):

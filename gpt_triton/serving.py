@@ -5,6 +5,7 @@ that drives them."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 
 from gpt_triton.core.records import Candidate
@@ -22,16 +23,24 @@ def open_server(run: Run, label: str) -> Iterator[TritonServer]:
     """The embedded server (started and always stopped) or the user's server (never stopped)."""
     if run.options.triton_url:
         server: TritonServer = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
+        began = time.monotonic()
         server.start()
+        run.budget.observe_server_start(time.monotonic() - began)
         try:
             yield server
         finally:
             server.stop()
         return
     # Staging serves unsigned candidates: the server gets no signing key (the adapter would refuse them).
+    began = time.monotonic()
     with EmbeddedTriton(repository=run.staging, workdir=run.run_dir / "triton",
                         log_path=run.run_dir / f"triton-{label}.log", signing_key=False) as embedded:
-        yield embedded
+        run.budget.observe_server_start(time.monotonic() - began)
+        try:
+            yield embedded
+        finally:
+            began = time.monotonic()
+    run.budget.observe_server_stop(time.monotonic() - began)
 
 
 @contextlib.contextmanager
@@ -40,11 +49,15 @@ def deployed(run: Run, server: TritonServer, candidates: Sequence[Candidate], su
     """Load ``candidates`` (a load failure marks that candidate failed), yield those loaded, unload them."""
     loaded: list[Candidate] = []
     try:
+        began = time.monotonic()
         run.apply(candidates, deploy_candidates(server, run.staging, candidates, run.info, run.shapes, suffix, advance),
                   after=lambda c, o: loaded.append(c) if o.status != "failed" else None)
+        run.budget.observe_loads(time.monotonic() - began, len(candidates))
         yield loaded
     finally:
+        began = time.monotonic()
         unload_candidates(server, loaded)
+        run.budget.observe_unloads(time.monotonic() - began, len(loaded))
 
 
 @contextlib.contextmanager

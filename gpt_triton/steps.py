@@ -102,9 +102,11 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         judge = Measurer(server.grpc_url, run.tuning.inputs, stage, objective, metrics_url=server.metrics_url,
                          progress=advance, processes=spec.client_processes, seed=4_243,
                          http_url=server.http_url or None)
-        # Half of what is left of the time budget for the finalist run and its refinement (past it, each
-        # load ends at min_windows); the re-measure gets the other half.
-        judged = judge.measure(loaded, until_separated=True, deadline=run.budget_deadline(0.5))
+        # Half of what the budget leaves beyond the re-measure's least cost for the finalist run and its
+        # refinement (past it, each load ends at min_windows); the re-measure gets the other half.
+        judged = judge.measure(loaded, until_separated=True,
+                               deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
+        run.budget.observe_windows(judge.objective_window_seconds)
         run.apply(copies, judged.outcomes)
         final = select([c for c in copies if c.status == "measured"], objective,
                        lambda c: candidate_eligible(c, run.spec.accuracy),
@@ -116,7 +118,8 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
             # measure.gain_precision with the selected candidate and the baseline, on this server.
             # Again half of what is left: the re-measure gets the rest.
             pair = (baseline, final.winner_id)
-            refined = judge.refine(loaded, pair, judged.objective_samples, notes, deadline=run.budget_deadline(0.5))
+            refined = judge.refine(loaded, pair, judged.objective_samples, notes,
+                                   deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
     chosen_on_the_run = len(final.log)
     if refined is not None and pair is not None:
         final = after_refinement(final, pair[0], refined.ratio, refined.requests)
@@ -154,8 +157,8 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
             return None
         with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
             notes: list[str] = []
-            results = measurer(run, server, advance).remeasure(contenders, (baseline.id, winner.id), notes,
-                                                               deadline=run.budget_deadline())
+            deadline = run.budget.deadline(keep_s=run.budget.heldout_s())
+            results = measurer(run, server, advance).remeasure(contenders, (baseline.id, winner.id), notes, deadline)
     for line in notes:
         run.decide(line)
     win_value = objective_value(winner.latency, spec.objective)

@@ -10,7 +10,7 @@ from gpt_triton.core.objective import objective_value
 from gpt_triton.core.records import BuildCost, Candidate
 from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import ObjectiveSpec
-from gpt_triton.measure.harness import RemeasureResult
+from gpt_triton.measure.runs import RemeasureResult
 from gpt_triton.select import gain, select
 
 

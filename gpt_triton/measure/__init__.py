@@ -16,7 +16,7 @@ _EXPORTS = {
     "is_stable": "windows", "summarise": "windows",
     "bootstrap_interval": "stats", "ratio_interval": "stats", "throughput_interval": "stats",
     "window_bootstrap_interval": "stats", "window_ratio_interval": "stats",
-    "Measurer": "harness", "RemeasureResult": "harness", "dedupe_key": "harness",
+    "Measurer": "harness", "MeasureRun": "runs", "RemeasureResult": "runs", "dedupe_key": "runs",
     "isolated_estimate": "isolated", "rank_correlation": "isolated",
     "LoadClient": "clients", "BuiltinClient": "clients", "load_client": "perf_analyzer",
     "PerfAnalyzerClient": "perf_analyzer", "find_perf_analyzer": "perf_analyzer",

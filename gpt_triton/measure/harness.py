@@ -16,16 +16,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import LatencyStats, LoadProfile, ObjectiveContrasts
+from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
@@ -42,52 +39,20 @@ from gpt_triton.measure.racing import (
     race_round,
     window_log_stat,
 )
+from gpt_triton.measure.runs import LoadRun, MeasureRun, RemeasureResult, dedupe_key
 from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
 
-
-@dataclass
-class RemeasureResult:
-    stats: LatencyStats
-    latencies_ms: np.ndarray  # pooled over the re-measure windows
-    window_latencies_ms: list[np.ndarray] = field(default_factory=list)  # per window, for the two-stage gain CI
+# When a stage should end (monotonic), or a function giving it: the search's moves as the run learns how
+# long its windows take. None: no time budget.
+Deadline = float | Callable[[], float | None] | None
 
 
-@dataclass
-class MeasureRun:
-    """What one :meth:`Measurer.measure` found: an outcome per candidate, and the run's evidence."""
-
-    outcomes: list[MeasureOutcome]
-    log: list[str]  # the decision log, in order
-    # The objective load's drift model, for selection's tie test (None: the objective spans loads, or too few windows).
-    contrasts: ObjectiveContrasts | None
-    # Every window's log objective in the order run, by load label: what the drift model was fitted on.
-    race_windows: dict[str, list[RaceWindow]]
-    machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
-    windows: int  # windows this run took, warm-ups included
-    # The objective load's windows per representative, for Measurer.refine on the same server.
-    objective_samples: dict[str, list[WindowSample]] = field(default_factory=dict)
-
-
-@dataclass
-class _Run:
-    """One load level's interleaved run over representatives."""
-
-    samples: dict[str, list[WindowSample]] = field(default_factory=dict)
-    dropped: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    windows: list[RaceWindow] = field(default_factory=list)  # log objective per window, in the order run
-
-
-def dedupe_key(candidate: Candidate) -> str:
-    """Candidates with the same engine bytes, runtime options and serving route serve identically."""
-    art = candidate.artifact
-    if art is None or not art.sha256:
-        return f"id:{candidate.id}"
-    options = json.dumps(art.runtime_options, sort_keys=True, default=str)
-    return f"{art.sha256}|{options}|{candidate.serving.key()}"
+def _past(deadline: Deadline) -> bool:
+    when = deadline() if callable(deadline) else deadline
+    return when is not None and time.monotonic() >= when
 
 
 class Measurer:
@@ -132,6 +97,9 @@ class Measurer:
         # which also seeds each run's shuffle so two runs never share an order.
         self.window_order: list[tuple[str, str]] = []
         self._windows_run = 0
+        # Wall seconds of every window at the objective's load (warm-ups excluded): what the run's time
+        # budget plans the later stages with (gpt_triton.budget).
+        self.objective_window_seconds: list[float] = []
 
     @property
     def tail_metric(self) -> str:
@@ -153,17 +121,21 @@ class Measurer:
 
     def _window(self, model: str, load: LoadProfile, duration_s: float, min_requests: int) -> WindowSample:
         self._windows_run += 1
-        return self.client.window(
+        began = time.monotonic()
+        sample = self.client.window(
             self.grpc_url, model, self.requests, load, duration_s, min_requests, outputs=self.outputs,
             metrics_url=self.metrics_url, seed=self.seed * 1_000_003 + self._windows_run,
             payload_start=self._windows_run * 131, settle_s=self.spec.settle_s,
         )
+        if min_requests > 0 and load == self.spec.loads[self.objective.load_index]:
+            self.objective_window_seconds.append(time.monotonic() - began)
+        return sample
 
     def _say(self, log: list[str], message: str) -> None:
         log.append(message)
         self.progress(message)
 
-    def _record(self, run: _Run, cid: str, round_no: int, sample: WindowSample) -> None:
+    def _record(self, run: LoadRun, cid: str, round_no: int, sample: WindowSample) -> None:
         """The window's log objective (lower is better) and its in-window variance, for racing."""
         if self.objective.metric == "throughput":
             if sample.result.throughput > 0:  # no in-window estimate for a rate
@@ -174,7 +146,7 @@ class Measurer:
                                          seed=self.seed * 7919 + self._windows_run)
             run.windows.append(RaceWindow(cid, round_no, value, var))
 
-    def _race(self, run: _Run, log: list[str], max_windows: int, done: set[str]) -> bool:
+    def _race(self, run: LoadRun, log: list[str], max_windows: int, done: set[str]) -> bool:
         """Drop the contenders clearly worse than the leader; True when the rest cannot be separated
         within ``max_windows`` (racing is futile: stop and let selection declare the tie)."""
         contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
@@ -213,11 +185,11 @@ class Measurer:
 
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
                     max_windows: int, stop_when_stable: bool, log: list[str], shuffle: bool = True,
-                    min_requests: int | None = None, deadline: float | None = None) -> _Run:
+                    min_requests: int | None = None, deadline: Deadline = None) -> LoadRun:
         """Interleaved rounds over ``models`` at ``load``; each window holds at least ``min_requests``
         (default: what the objective's quantile needs); past ``deadline`` (monotonic) it ends at ``min_windows``."""
         min_requests = self.window_min_requests if min_requests is None else min_requests
-        run = _Run(samples={cid: [] for cid in models})
+        run = LoadRun(samples={cid: [] for cid in models})
         max_windows = max(max_windows, min_windows)
         done: set[str] = set()
         ended_by = "max_windows"
@@ -267,7 +239,7 @@ class Measurer:
                     if cid not in run.failed and is_stable([s.result for s in run.samples[cid]], self.spec.stability):
                         done.add(cid)
                         self._say(log, f"{cid} stable at {load.label()} after {len(run.samples[cid])} windows")
-            if deadline is not None and time.monotonic() >= deadline and round_no < max_windows:
+            if round_no < max_windows and _past(deadline):
                 ended_by = "time budget"
                 self._say(log, f"time budget: {load.label()} ended after {round_no} rounds (min_windows {min_windows})")
                 break
@@ -276,7 +248,7 @@ class Measurer:
                 self._say(log, f"{cid} not stable at {load.label()} after {len(run.samples[cid])} windows ({ended_by})")
         return run
 
-    def _until_precise(self, run: _Run, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
+    def _until_precise(self, run: LoadRun, models: dict[str, str], pair: tuple[str, str], load: LoadProfile,
                        log: list[str], doing: str, deadline: float | None) -> GainPrecision | None:
         """Go on with ``pair`` = (baseline, selected), alternating, until their ratio is known to ``gain_precision``,
         each has ``gain_max_windows`` windows, or ``deadline`` (monotonic) has passed (:mod:`.gain_precision`)."""
@@ -291,7 +263,7 @@ class Measurer:
         round_no = max(len(samples) for samples in run.samples.values())
         stopped_by = "window cap"
         while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap:
-            if deadline is not None and time.monotonic() >= deadline:
+            if _past(deadline):
                 stopped_by = "time budget"
                 break
             round_no += 1
@@ -313,10 +285,10 @@ class Measurer:
                log: list[str], doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
         """Continue a run's ``objective_samples`` with ``pair`` = (baseline, selected) as :meth:`_until_precise`
         does; None when the rule does not apply."""
-        return self._extend(_Run(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log,
+        return self._extend(LoadRun(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log,
                             doing, deadline)
 
-    def _extend(self, run: _Run, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
+    def _extend(self, run: LoadRun, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
                 doing: str, deadline: float | None) -> GainPrecision | None:
         """:meth:`_until_precise` on ``run`` when the rule applies (a latency objective, ``gain_precision`` >
         0); a pair member that is not deployed, or whose window fails, fails the step."""
@@ -334,7 +306,7 @@ class Measurer:
         return found
 
     def measure(self, candidates: Sequence[Candidate], until_separated: bool = False,
-                deadline: float | None = None) -> MeasureRun:
+                deadline: Deadline = None) -> MeasureRun:
         """Measure every deployed candidate at every load in ``spec.loads``; candidates are read, never
         changed: each gets a :class:`MeasureOutcome` (``measured``, or ``failed`` with the reason).
         ``until_separated`` (the finalist stage): windows do not stop at stability; the run goes on until
@@ -361,7 +333,7 @@ class Measurer:
         if spec.racing and not race:
             self._say(log, "racing off: the throughput objective over rate profiles spans several loads")
         order = [obj_index] + [i for i in range(len(spec.loads)) if i != obj_index]
-        runs: dict[int, _Run] = {}
+        runs: dict[int, LoadRun] = {}
         race_windows: dict[str, list[RaceWindow]] = {}
         with pinned(self.server_pid) as sharing:
             self._say(log, f"machine: {sharing['note']}")
@@ -404,7 +376,7 @@ class Measurer:
                           race_windows=race_windows, machine_sharing=sharing, windows=windows,
                           objective_samples=runs[obj_index].samples)
 
-    def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> _Run:
+    def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> LoadRun:
         """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds
         (independent of the windows that selected anyone); a failed candidate fails the whole run."""
         models = {}

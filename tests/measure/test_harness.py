@@ -12,8 +12,9 @@ from gpt_triton.core.outcomes import apply_outcomes
 from gpt_triton.core.records import Candidate, DeployInfo
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.measure.harness import Measurer, MeasureRun, dedupe_key
+from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.racing import drift_fit
+from gpt_triton.measure.runs import MeasureRun, dedupe_key
 from gpt_triton.select import gain, select
 from gpt_triton.server import EmbeddedTriton
 
@@ -212,6 +213,22 @@ def test_past_the_deadline_a_run_ends_at_min_windows(delay_models: EmbeddedTrito
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
     run = m.measure([a, b], until_separated=True, deadline=time.monotonic() + 3600)
     assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 6, "b": 6}
+
+
+@pytest.mark.slow
+def test_a_deadline_can_move_with_what_the_windows_took(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    """The search's deadline is a function: the run learns how long its windows take while it runs
+    (gpt_triton.budget). The measurer times every objective window, warm-ups apart."""
+    a, b = cand("a", "measure_fast"), cand("b", "measure_fast_b")
+    kw = dict(window_s=0.1, min_windows=3, max_windows=6, stability=1e-9)
+    m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, warmup_s=0.2, racing=False), ObjectiveSpec(metric="p50"))
+    # Not yet known after three rounds (six windows), passed once eight windows have been timed.
+    run = m.measure([a, b], until_separated=True,
+                    deadline=lambda: time.monotonic() if len(m.objective_window_seconds) >= 8 else None)
+    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 4, "b": 4}
+    assert any(line.startswith("time budget: concurrency=1 ended after 4 rounds") for line in run.log), run.log
+    assert len(m.objective_window_seconds) == 8 and m.windows_run == 10  # the two warm-ups are not timed
+    assert all(s >= 0.1 for s in m.objective_window_seconds)
 
 
 @pytest.mark.slow

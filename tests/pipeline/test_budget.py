@@ -1,14 +1,23 @@
-"""The run's time budget as the stages that come after the search see it (issue 16: the gain-precision
-extension must not run a slow model's tune 20 minutes past --time-budget)."""
+"""The run's time budget as the stages see it (issue 16: a slow model's tune must end near --time-budget,
+not a re-measure's worth of minutes past it)."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pytest
+import yaml
+from test_tune_cli import tiny_spec
+
+from gpt_triton.budget import TimeBudget, judging_reserve_s
 from gpt_triton.core.model_info import inspect_model
 from gpt_triton.core.spec import TuneSpec
-from gpt_triton.run import Progress, Run, TuneOptions, judging_reserve_s
+from gpt_triton.run import Progress, Run, TuneOptions
 from gpt_triton.testing.models import build_tiny_mlp
 
 
@@ -18,27 +27,87 @@ def _run(tmp_path: Path, budget: float | None) -> Run:
     return Run(TuneOptions(model=model, spec=spec, out=tmp_path / "run"), inspect_model(model), {}, Progress())
 
 
-def test_a_stage_gets_its_share_of_what_is_left(tmp_path: Path) -> None:
+def test_a_stage_gets_its_share_of_what_is_left_after_the_later_stages(tmp_path: Path) -> None:
     run = _run(tmp_path, 100.0)
-    run.started = time.monotonic() - 60.0  # 40 s left
+    run.budget.started = time.monotonic() - 60.0  # 40 s left
     before = time.monotonic()
-    half, rest = run.budget_deadline(0.5), run.budget_deadline()
-    assert half is not None and rest is not None
+    half, rest, kept = run.budget.deadline(0.5), run.budget.deadline(), run.budget.deadline(0.5, keep_s=10.0)
+    assert half is not None and rest is not None and kept is not None
     assert before + 19.0 <= half <= time.monotonic() + 20.0
     assert before + 39.0 <= rest <= time.monotonic() + 40.0
+    assert before + 14.0 <= kept <= time.monotonic() + 15.0  # half of (40 - 10)
+    assert not run.budget.over(reserve_s=39.0) and run.budget.over(reserve_s=41.0)
 
 
 def test_past_the_budget_the_deadline_is_now_and_without_one_there_is_none(tmp_path: Path) -> None:
     run = _run(tmp_path, 10.0)
-    run.started = time.monotonic() - 60.0
-    deadline = run.budget_deadline(0.5)
+    run.budget.started = time.monotonic() - 60.0
+    deadline = run.budget.deadline(0.5)
     assert deadline is not None and deadline <= time.monotonic()
-    assert _run(tmp_path / "b", None).budget_deadline() is None
+    unbounded = _run(tmp_path / "b", None).budget
+    assert unbounded.deadline() is None and not unbounded.over(reserve_s=1e9)
 
 
-def test_the_search_leaves_a_quarter_of_the_budget_for_judging() -> None:
+def test_the_search_leaves_at_least_a_quarter_of_the_budget_for_judging() -> None:
     assert judging_reserve_s(TuneSpec.model_validate({"time_budget_s": 480})) == 120.0
     assert judging_reserve_s(TuneSpec.model_validate({"time_budget_s": 120})) == 60.0  # at least a minute
     assert judging_reserve_s(TuneSpec()) == 60.0
     off = TuneSpec.model_validate({"time_budget_s": 480, "measure": {"gain_precision": 0}})
     assert judging_reserve_s(off) == 60.0
+    # Before any window is timed the plan is the configured windows: the quarter stands.
+    assert TimeBudget(TuneSpec.model_validate({"time_budget_s": 1200})).search_reserve_s(10) == 300.0
+
+
+def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
+    """A ResNet-like run: 13 s windows (p99 needs 500 requests at ~40/s), 10 s to start a server, 2 s a
+    load. The finalists (six contenders and the baseline, three windows each), the re-measure (three
+    candidates, eight windows each) and the held-out acceptance need more than a quarter of 20 minutes."""
+    spec = TuneSpec.model_validate({"time_budget_s": 1200, "measure": {"warmup_s": 1.0, "min_windows": 3,
+                                                                        "remeasure_windows": 8, "max_finalists": 6}})
+    budget = TimeBudget(spec)
+    budget.observe_windows([12.0, 13.0, 30.0])  # the median: one slow window does not set the plan
+    budget.observe_server_start(10.0)
+    budget.observe_loads(20.0, 10)
+    assert budget.window_s() == 13.0
+    assert budget.finalists_s(10) == pytest.approx(10 + 7 * (2 + 1 + 3 * 13))
+    assert budget.finalists_s(2) == pytest.approx(10 + 3 * (2 + 1 + 3 * 13))  # fewer measured, fewer finalists
+    assert budget.heldout_s() == pytest.approx(10 + 2 * 2)
+    assert budget.remeasure_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13) + 14)
+    assert budget.search_reserve_s(10) == pytest.approx(304 + 345)
+    # A running stage's own windows count before they are observed.
+    assert budget.window_s([20.0, 20.0, 20.0]) == 20.0
+    # Without a finalist stage only the re-measure is kept.
+    off = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"finalists": 0})}),
+                     window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
+    assert off.finalists_s(10) == 0.0 and off.search_reserve_s(10) == pytest.approx(345)
+    assert budget.plan_note(10).endswith("need at least 649 s (planned from a 13 s objective window, 10 s to start "
+                                         "and stop a server, 2 s to load and unload a candidate)")
+    budget.observe_server_stop(5.0)
+    budget.observe_unloads(3.0, 3)
+    assert budget.heldout_s() == pytest.approx(15 + 2 * 3)
+
+
+@pytest.mark.slow
+def test_a_budget_shorter_than_the_least_run_still_gives_a_whole_minimal_run(tmp_path: Path) -> None:
+    """The first batch (the baseline's) always runs, every stage does its minimum windows, the run
+    finishes and promotes, and the log says what the plan was."""
+    spec = tiny_spec()
+    spec["time_budget_s"] = 1
+    # Never stable, and no racing to end the run as a tie: 6 windows each, were it not for the budget.
+    spec["measure"].update(stability=1e-9, min_windows=3, max_windows=6, racing=False)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    model = build_tiny_mlp(tmp_path / "tiny.onnx")
+    result = subprocess.run([sys.executable, "-m", "gpt_triton", "tune", str(model), "--spec", str(tmp_path / "spec.yaml"),
+                             "--out", str(tmp_path / "run"), "--repository", str(tmp_path / "repo")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "done" and report["promoted_version"] == 1
+    measured = [c for c in report["candidates"] if c["status"] == "measured"]
+    assert len(measured) == 2 and all(len(c["latency"][0]["windows"]) == 3 for c in measured)
+    decisions = report["decisions"]
+    assert "time budget: concurrency=1 ended after 3 rounds (min_windows 3)" in decisions
+    plan = next(line for line in decisions if line.startswith("time budget: ") and "after the search" in line)
+    need = re.search(r"need at least (\d+) s \(planned from a ([0-9.]+) s objective window, ([0-9.]+) s to start", plan)
+    assert need is not None and int(need.group(1)) > 0 and float(need.group(2)) >= 0.2, plan
+    assert float(need.group(3)) > 0, plan  # the search's server was timed starting

@@ -1,0 +1,58 @@
+"""What the measurement harness returns and works on: one load's interleaved run, a measure run's
+outcomes and evidence, a re-measured candidate, and which candidates serve identically."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpt_triton.core.measurements import LatencyStats, ObjectiveContrasts
+from gpt_triton.core.outcomes import MeasureOutcome
+from gpt_triton.core.records import Candidate
+from gpt_triton.measure.loadgen import WindowSample
+from gpt_triton.measure.racing import RaceWindow
+
+
+@dataclass
+class RemeasureResult:
+    stats: LatencyStats
+    latencies_ms: np.ndarray  # pooled over the re-measure windows
+    window_latencies_ms: list[np.ndarray] = field(default_factory=list)  # per window, for the two-stage gain CI
+
+
+@dataclass
+class MeasureRun:
+    """What one :meth:`Measurer.measure` found: an outcome per candidate, and the run's evidence."""
+
+    outcomes: list[MeasureOutcome]
+    log: list[str]  # the decision log, in order
+    # The objective load's drift model, for selection's tie test (None: the objective spans loads, or too few windows).
+    contrasts: ObjectiveContrasts | None
+    # Every window's log objective in the order run, by load label: what the drift model was fitted on.
+    race_windows: dict[str, list[RaceWindow]]
+    machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
+    windows: int  # windows this run took, warm-ups included
+    # The objective load's windows per representative, for Measurer.refine on the same server.
+    objective_samples: dict[str, list[WindowSample]] = field(default_factory=dict)
+
+
+@dataclass
+class LoadRun:
+    """One load level's interleaved run over representatives (the harness's working state)."""
+
+    samples: dict[str, list[WindowSample]] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    windows: list[RaceWindow] = field(default_factory=list)  # log objective per window, in the order run
+
+
+def dedupe_key(candidate: Candidate) -> str:
+    """Candidates with the same engine bytes, runtime options and serving route serve identically."""
+    art = candidate.artifact
+    if art is None or not art.sha256:
+        return f"id:{candidate.id}"
+    options = json.dumps(art.runtime_options, sort_keys=True, default=str)
+    return f"{art.sha256}|{options}|{candidate.serving.key()}"
