@@ -145,13 +145,13 @@ def _serve_batch(run: Run, server: TritonServer, batch: list[Candidate], cache: 
         run.apply(fresh, screen(server.grpc_url, fresh, run.tuning, run.spec.accuracy, run.output_names))
         feasible = [c for c in loaded if c.status == "deployed"]
         with run.progress.bar(f"measuring {len(feasible)} candidates (windows)", None) as advance:
-            windows = measurer(run, server, advance)
+            meter = measurer(run, server, advance)
             # Past the budget less the later stages' least cost (which this batch's windows tell), each
             # load ends at min_windows.
             measurable = _measured(run.report.candidates) + len(feasible)
-            measured = windows.measure(feasible, deadline=lambda: run.budget.deadline(
-                keep_s=run.budget.search_reserve_s(measurable, windows.objective_window_seconds)))
-        run.budget.observe_windows(windows.objective_window_seconds)
+            measured = meter.measure(feasible, deadline=lambda: run.budget.deadline(
+                keep_s=run.budget.search_reserve_s(measurable, meter.objective_window_seconds)))
+        run.budget.observe_windows(meter.objective_window_seconds)
         for line in measured.log:
             run.decide(line)
         run.apply(feasible, measured.outcomes)
