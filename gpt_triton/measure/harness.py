@@ -131,6 +131,11 @@ class Measurer:
             self.objective_window_seconds.append(time.monotonic() - began)
         return sample
 
+    def _window_done(self, cid: str, load: LoadProfile, round_no: int, sample: WindowSample) -> None:
+        res = sample.result
+        self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
+                      f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
+
     def _say(self, log: list[str], message: str) -> None:
         log.append(message)
         self.progress(message)
@@ -220,8 +225,7 @@ class Measurer:
                     continue
                 run.samples[cid].append(sample)
                 self._record(run, cid, round_no, sample)
-                self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
-                              f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
+                self._window_done(cid, load, round_no, sample)
             if racing and round_no >= self.race_after:
                 futile = self._race(run, log, max_windows, done)
                 left = [c for c in models if c not in run.dropped and c not in run.failed]
@@ -277,6 +281,7 @@ class Measurer:
                 self.window_order.append((cid, load.label()))
                 run.samples[cid].append(sample)
                 self._record(run, cid, round_no, sample)
+                self._window_done(cid, load, round_no, sample)
             found = check()
         self._say(log, precision_note(doing, pair, found, target, stopped_by))
         return found
