@@ -27,8 +27,9 @@ HELDOUT_CANDIDATES = 2
 def judging_reserve_s(spec: TuneSpec) -> float:
     """The least the search leaves of ``time_budget_s`` for the stages after it, whatever their observed
     cost: with ``measure.gain_precision`` on, a quarter of the budget (at least a minute), so that the
-    finalists and the re-measure have room to extend towards a known gain width (each takes half of what
-    is left when it starts); a search that spent it all would leave the gain resting on the minimum windows."""
+    finalists and the re-measure have room to extend towards a known gain width (the finalists take half of
+    what is left beyond the re-measure's least cost); a search that spent it all would leave the gain
+    resting on the minimum windows."""
     budget = spec.time_budget_s or 0.0
     return max(60.0, 0.25 * budget) if spec.measure.gain_precision > 0 else 60.0
 
