@@ -100,16 +100,20 @@ class TimeBudget:
         """The re-measure's and the held-out acceptance's least cost (the re-measure's windows always run)."""
         return self.step_s(REMEASURE_CANDIDATES, self.spec.measure.remeasure_windows, more) + self.heldout_s()
 
+    def after_search_s(self, measured: int, more: Sequence[float] = ()) -> float:
+        """The least the stages after the search cost: the finalists, the re-measure, the held-out acceptance."""
+        return self.finalists_s(measured, more) + self.remeasure_s(more)
+
     def search_reserve_s(self, measured: int, more: Sequence[float] = ()) -> float:
         """What the search leaves: the later stages' least cost, and never less than :func:`judging_reserve_s`."""
-        return max(judging_reserve_s(self.spec), self.finalists_s(measured, more) + self.remeasure_s(more))
+        return max(judging_reserve_s(self.spec), self.after_search_s(measured, more))
 
     def plan_note(self, measured: int) -> str:
         """One line for the decision log after the search: what is left and what the later stages need."""
         left = self.left_s() or 0.0
         return (f"time budget: {max(0.0, left):.0f} s of {self.spec.time_budget_s or 0:.0f} s left after the search; "
                 f"the finalists, the re-measure and the held-out acceptance need at least "
-                f"{self.finalists_s(measured) + self.remeasure_s():.0f} s (planned from a {self.window_s():.3g} s "
+                f"{self.after_search_s(measured):.0f} s (planned from a {self.window_s():.3g} s "
                 f"objective window, {self.server_s():.3g} s to start and stop a server, "
                 f"{self.load_s():.3g} s to load and unload a candidate)")
 

@@ -130,8 +130,7 @@ class Run:
         self.shapes = shapes
         self.progress = progress
         self.log = progress.log
-        self.started = time.monotonic()
-        self.budget = TimeBudget(self.spec, self.started)  # planned from the run's observed costs
+        self.budget = TimeBudget(self.spec)  # the run's clock, planned from its observed costs
         self.tuning: ReferenceSet = ReferenceSet(inputs=[], source="(not split yet)")  # set once split
         run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         self.run_dir = options.out or Path("runs") / f"{info.name}-{run_id}"
@@ -146,6 +145,11 @@ class Run:
     @property
     def output_names(self) -> list[str]:
         return [t.name for t in self.info.outputs]
+
+    @property
+    def started(self) -> float:
+        """When the run started (monotonic): its time budget's start."""
+        return self.budget.started
 
     def apply(self, candidates: Iterable[Candidate], outcomes: Iterable[StageOutcome],
               after: Callable[[Candidate, StageOutcome], None] | None = None) -> None:

@@ -21,26 +21,21 @@ from gpt_triton.tensorrt_support import builder_version, check_builder
 @contextlib.contextmanager
 def open_server(run: Run, label: str) -> Iterator[TritonServer]:
     """The embedded server (started and always stopped) or the user's server (never stopped)."""
+    server: TritonServer
     if run.options.triton_url:
-        server: TritonServer = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
-        began = time.monotonic()
-        server.start()
-        run.budget.observe_server_start(time.monotonic() - began)
-        try:
-            yield server
-        finally:
-            server.stop()
-        return
-    # Staging serves unsigned candidates: the server gets no signing key (the adapter would refuse them).
+        server = RemoteTriton(run.options.triton_url, native_backends=run.spec.server.native_backends)
+    else:  # staging serves unsigned candidates: the server gets no signing key (the adapter would refuse them)
+        server = EmbeddedTriton(repository=run.staging, workdir=run.run_dir / "triton",
+                                log_path=run.run_dir / f"triton-{label}.log", signing_key=False)
     began = time.monotonic()
-    with EmbeddedTriton(repository=run.staging, workdir=run.run_dir / "triton",
-                        log_path=run.run_dir / f"triton-{label}.log", signing_key=False) as embedded:
-        run.budget.observe_server_start(time.monotonic() - began)
-        try:
-            yield embedded
-        finally:
-            began = time.monotonic()
-    run.budget.observe_server_stop(time.monotonic() - began)
+    server.start()  # an embedded server that fails to start stops what it started
+    run.budget.observe_server_start(time.monotonic() - began)
+    try:
+        yield server
+    finally:
+        began = time.monotonic()
+        server.stop()  # the user's server is only disconnected from
+        run.budget.observe_server_stop(time.monotonic() - began)
 
 
 @contextlib.contextmanager
