@@ -34,14 +34,14 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import grpc
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.perf_analyzer_agreement import BUILDERS, ort_candidate  # noqa: E402
 from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E402
 from gpt_triton.deploy import write_model  # noqa: E402
-from gpt_triton.measure.sender import _LEAN_OPTIONS, _MODEL_INFER, serialised_request  # noqa: E402
+from gpt_triton.measure.grpc_lean import GrpcConnection  # noqa: E402
+from gpt_triton.measure.sender import serialised_request  # noqa: E402
 from gpt_triton.server import EmbeddedTriton  # noqa: E402
 
 Send = Callable[[str, int, int], list[float]]  # (model, requests, discarded first) -> latencies in ms
@@ -63,15 +63,14 @@ def served_pair(root: Path, model_path: Path, aa: bool) -> Iterator[tuple[Send, 
             deploy = write_model(root / "repo", f"spread_{role}", info, shapes, cand.artifact, cand.serving, "python")
             server.load(root / "repo" / deploy.model_name)
             names.append(deploy.model_name)
-        channel = grpc.insecure_channel(server.grpc_url, options=_LEAN_OPTIONS)
-        infer = channel.unary_unary(_MODEL_INFER)
+        connection = GrpcConnection(server.grpc_url)
         wire = {m: [serialised_request(m, p, None) for p in payloads] for m in names}
 
         def send(model: str, count: int, discard: int) -> list[float]:
             out = []
             for i in range(count + discard):
                 start = time.monotonic()
-                infer(wire[model][i % len(payloads)])
+                connection.call(wire[model][i % len(payloads)])
                 if i >= discard:
                     out.append((time.monotonic() - start) * 1e3)
             return out
@@ -81,7 +80,7 @@ def served_pair(root: Path, model_path: Path, aa: bool) -> Iterator[tuple[Send, 
                 send(m, 300, 0)
             yield send, (names[0], names[1])
         finally:
-            channel.close()
+            connection.close()
 
 
 def one_design(send: Send, names: tuple[str, str], per_side: int, block: int, discard: int,
@@ -92,6 +91,13 @@ def one_design(send: Send, names: tuple[str, str], per_side: int, block: int, di
         for m in order:
             lat[m] += send(m, block, discard)
     return {m: np.asarray(v[:per_side]) for m, v in lat.items()}
+
+
+def window_median_p99(latencies: np.ndarray, window: int) -> float:
+    """The median over consecutive windows of ``window`` requests of each window's p99: the estimator
+    a burst in one window cannot move (compare the pooled p99, where one burst sets the tail)."""
+    windows = latencies[: latencies.size // window * window].reshape(-1, window)
+    return float(np.median(np.percentile(windows, 99, axis=1)))
 
 
 def carry_over(send: Send, names: tuple[str, str], blocks: int) -> None:
@@ -118,9 +124,10 @@ def main() -> None:
     parser.add_argument("--aa", action="store_true", help="the baseline against a copy of itself")
     parser.add_argument("--fresh-server", action="store_true", help="a new server for every run")
     parser.add_argument("--positions", type=int, default=0, help="blocks of 100 for the carry-over profile")
+    parser.add_argument("--window", type=int, default=500, help="requests per window for the window-median p99")
     args = parser.parse_args()
     designs = [tuple(int(x) for x in d.split(":")) for d in args.designs.split(",")]
-    ratios: dict[tuple[int, ...], list[tuple[float, float, float, float]]] = {d: [] for d in designs}
+    ratios: dict[tuple[int, ...], list[tuple[float, float, float, float, float]]] = {d: [] for d in designs}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as server:
         model_path = BUILDERS[args.model](Path(tmp) / "model" / "model.onnx")
         for run in range(args.runs):
@@ -132,9 +139,11 @@ def main() -> None:
                 a, b = (lat[m] for m in names)
                 p99a, p99b = np.percentile(a, 99), np.percentile(b, 99)
                 p50a, p50b = np.percentile(a, 50), np.percentile(b, 50)
-                ratios[(block, discard)].append((p99a / p99b, p50a / p50b, p99a, p99b))
+                wma, wmb = window_median_p99(a, args.window), window_median_p99(b, args.window)
+                ratios[(block, discard)].append((p99a / p99b, p50a / p50b, p99a, p99b, wma / wmb))
                 print(f"run {run + 1} design {block}:{discard}: p99 {p99a:.3f} / {p99b:.3f} ms = {p99a / p99b:.3f}; "
-                      f"p50 ratio {p50a / p50b:.3f}", flush=True)
+                      f"p50 ratio {p50a / p50b:.3f}; window-median p99 {wma:.3f} / {wmb:.3f} ms = {wma / wmb:.3f}",
+                      flush=True)
         if args.positions:
             carry_over(send, names, args.positions)
     pair = "baseline / copy of itself" if args.aa else "spinning on / spinning off"
@@ -143,8 +152,10 @@ def main() -> None:
     for (block, discard), rs in ratios.items():
         p99 = np.log([r[0] for r in rs])
         p50 = np.log([r[1] for r in rs])
+        wm = np.log([r[4] for r in rs])
         print(f"design {block}:{discard}: p99 ratio {np.exp(p99.mean()):.3f} (run-to-run sd {100 * sd(p99):.1f}%), "
-              f"p50 ratio {np.exp(p50.mean()):.3f} (sd {100 * sd(p50):.1f}%); mean p99 "
+              f"p50 ratio {np.exp(p50.mean()):.3f} (sd {100 * sd(p50):.1f}%), window-median p99 ratio "
+              f"{np.exp(wm.mean()):.3f} (sd {100 * sd(wm):.1f}%); mean p99 "
               f"{np.mean([r[2] for r in rs]):.3f} / {np.mean([r[3] for r in rs]):.3f} ms")
 
 

@@ -14,22 +14,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
 import numpy as np
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http.aio as httpaio
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype, serialize_byte_tensor
 
-# Triton's own limit (tritonclient uses it too): a large tensor must not fail on gRPC's 4 MiB default.
-_MAX_MESSAGE = 2**31 - 1
+from gpt_triton.measure.grpc_lean import GrpcConnection, GrpcRequestFailed
+
 _MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 HTTP_ENDPOINT_UNKNOWN = ("measure.protocol is http but the server's HTTP endpoint is unknown (a --triton-url on gRPC "
                          "port 8001 implies HTTP on 8000): use measure.protocol grpc")
-# A benchmark channel: no retry machinery (a failed request is an error of the window, not retried) and
-# gRPC's latency-optimised polling; together ~5-10% less client time per call on a no-op model here.
-_LEAN_OPTIONS = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE),
-                 ("grpc.enable_retries", 0), ("grpc.optimization_target", "latency")]
 
 
 @dataclass
@@ -93,21 +88,21 @@ def serialised_request(model_name: str, payload: dict[str, np.ndarray], outputs:
 
 
 def drive_lean(job: Job, before_start: Callable[[], float | None] | None = None) -> Raw:
-    """Closed loop at concurrency 1, as lean as perf_analyzer's synchronous mode: one blocking gRPC call
-    at a time on a plain channel, every request serialised before the window and the response left
-    unparsed (a failure arrives as the call's status). No event loop, no per-request allocation beyond
-    gRPC's own: at concurrency 1 the asyncio client's scheduling and InferInput/numpy copies cost more
-    client time than a small model's inference (issue 16: 15.3 ms against perf_analyzer's 13.6 ms)."""
+    """Closed loop at concurrency 1, as lean as perf_analyzer's synchronous mode: one unary gRPC call at a
+    time on a plain HTTP/2 connection (:mod:`gpt_triton.measure.grpc_lean`), every request serialised
+    before the window and the response left unparsed (a failure arrives as the call's status). No event
+    loop, no per-request allocation beyond the frames: at concurrency 1 the asyncio client's scheduling
+    and InferInput/numpy copies cost more client time than a small model's inference (issue 16: 15.3 ms
+    against perf_analyzer's 13.6 ms), and grpcio's blocking call still 7-11% of a 1 ms model's p50."""
     if job.offsets is not None or job.concurrency != 1:
         raise ValueError("drive_lean runs a closed loop at concurrency 1 only")
-    channel = grpc.insecure_channel(job.grpc_url, options=_LEAN_OPTIONS)
-    infer = channel.unary_unary(_MODEL_INFER)  # no (de)serialisers: bytes in, bytes out
+    connection = GrpcConnection(job.grpc_url, _MODEL_INFER)
     try:
         wire = [serialised_request(job.model_name, p, job.outputs) for p in job.payloads]
-        return lean_loop(job, lambda index: infer(wire[index % len(wire)]), (grpc.RpcError,),
-                         lambda exc: str(exc.details()), before_start)  # type: ignore[attr-defined]
+        return lean_loop(job, lambda index: connection.call(wire[index % len(wire)]), (GrpcRequestFailed, OSError),
+                         str, before_start)
     finally:
-        channel.close()
+        connection.close()
 
 
 def lean_loop(job: Job, call: Callable[[int], object], failures: tuple[type[BaseException], ...],
