@@ -15,9 +15,11 @@ model, alternating between them in blocks:
   own cost), i.e. interleaving at a finer grain, so that drift of the machine falls on both models
   alike.
 
-Printed per run and design: each model's pooled p99 and the p99 / p50 ratios; then per design the
-mean ratio across runs and the run-to-run spread (sd of the log ratio). With ``--fresh-server`` every
-run starts its own server, as the finalist stage and the re-measure do. ``--positions N`` then
+Printed per run and design: each model's pooled p99, the p99 / p50 ratios and the window-median p99
+(the median over windows of ``--window`` requests of each window's p99, which a burst in one window
+cannot move); then per design the mean ratio across runs and the run-to-run spread (sd of the log
+ratio). With ``--fresh-server`` every run starts its own server, as the finalist stage and the
+re-measure do. ``--positions N`` then
 alternates N blocks of 100 requests and prints each model's mean latency by position after the switch:
 how long the previous model's carry-over lasts, which ``measure.settle_s`` leaves out of every window.
 
