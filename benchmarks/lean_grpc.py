@@ -32,9 +32,9 @@ from benchmarks.perf_analyzer_agreement import BUILDERS, ort_candidate  # noqa: 
 from gpt_triton.core.measurements import LoadProfile  # noqa: E402
 from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E402
 from gpt_triton.deploy import write_model  # noqa: E402
-from gpt_triton.measure.grpc_lean import GrpcConnection  # noqa: E402
+from gpt_triton.measure.grpc_lean import MODEL_INFER, GrpcConnection  # noqa: E402
 from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer  # noqa: E402
-from gpt_triton.measure.sender import _MODEL_INFER, serialised_request  # noqa: E402
+from gpt_triton.measure.sender import serialised_request  # noqa: E402
 from gpt_triton.server import EmbeddedTriton  # noqa: E402
 
 VARIANTS = ("frames", "grpcio", "grpcio-nobdp", "grpcio-poll")
@@ -56,7 +56,7 @@ def client(variant: str, url: str, model: str, count: int, shapes: dict[str, lis
         options = [("grpc.enable_retries", 0), ("grpc.optimization_target", "latency")]
         if variant == "grpcio-nobdp":
             options.append(("grpc.http2.bdp_probe", 0))
-        call = grpc.insecure_channel(url, options=options).unary_unary(_MODEL_INFER)
+        call = grpc.insecure_channel(url, options=options).unary_unary(MODEL_INFER)
     for i in range(200):
         call(wire[i % len(wire)])
     out = []

@@ -25,6 +25,7 @@ from urllib.parse import unquote
 
 import hpack
 
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"  # Triton's unary inference method
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
@@ -53,7 +54,7 @@ def _unpadded(flags: int, payload: bytes, priority: bool = False) -> bytes:
 class GrpcConnection:
     """One HTTP/2 connection to Triton's gRPC endpoint (``host:port``) for unary calls of ``method``."""
 
-    def __init__(self, url: str, method: str = "/inference.GRPCInferenceService/ModelInfer",
+    def __init__(self, url: str, method: str = MODEL_INFER,
                  timeout_s: float = 60.0) -> None:
         authority = url.removeprefix("grpc://").removeprefix("dns:///")
         host, _, port = authority.rpartition(":")

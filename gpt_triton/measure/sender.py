@@ -22,7 +22,6 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype, ser
 
 from gpt_triton.measure.grpc_lean import GrpcConnection, GrpcRequestFailed
 
-_MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 HTTP_ENDPOINT_UNKNOWN = ("measure.protocol is http but the server's HTTP endpoint is unknown (a --triton-url on gRPC "
                          "port 8001 implies HTTP on 8000): use measure.protocol grpc")
 
@@ -96,7 +95,7 @@ def drive_lean(job: Job, before_start: Callable[[], float | None] | None = None)
     against perf_analyzer's 13.6 ms), and grpcio's blocking call still 7-11% of a 1 ms model's p50."""
     if job.offsets is not None or job.concurrency != 1:
         raise ValueError("drive_lean runs a closed loop at concurrency 1 only")
-    connection = GrpcConnection(job.grpc_url, _MODEL_INFER)
+    connection = GrpcConnection(job.grpc_url)
     try:
         wire = [serialised_request(job.model_name, p, job.outputs) for p in job.payloads]
         return lean_loop(job, lambda index: connection.call(wire[index % len(wire)]), (GrpcRequestFailed, OSError),

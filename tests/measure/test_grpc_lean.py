@@ -1,12 +1,9 @@
 """The lean loop's HTTP/2 gRPC connection against the real embedded Triton: responses as the server
-sent them, flow control on requests larger than HTTP/2's default windows, failures named, the
-connection kept after a failed call and rebuilt after a failed socket."""
+sent them, flow control on requests larger than Triton's send windows, failures named, the connection
+kept after a failed call (a failed socket and the frames Triton does not send on demand: in
+test_grpc_lean_frames.py)."""
 
 from __future__ import annotations
-
-import socket
-import threading
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -50,44 +47,6 @@ def test_a_failed_call_carries_tritons_words_and_the_connection_survives(delay_m
         assert np.array_equal(_y(connection.call(good)), np.full((1, 4), 2.0, np.float32))
     finally:
         connection.close()
-
-
-@pytest.fixture
-def closing_listener() -> Iterator[tuple[str, list[int]]]:
-    """A TCP endpoint that accepts each connection and closes it at once (a server gone mid-window)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[int] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                peer, _ = server.accept()
-            except OSError:
-                return
-            accepted.append(1)
-            peer.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}", accepted
-    finally:
-        server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (closing alone does not on Linux)
-        server.close()
-        thread.join(timeout=5)
-        assert not thread.is_alive()
-
-
-def test_a_connection_the_server_closes_is_an_os_error_and_the_next_call_reconnects(
-        closing_listener: tuple[str, list[int]]) -> None:
-    url, accepted = closing_listener
-    connection = GrpcConnection(url, timeout_s=5)
-    message = serialised_request("m", {"x": np.ones((1, 16), np.float32)}, None)
-    for _ in range(2):
-        with pytest.raises(OSError):
-            connection.call(message)
-    assert len(accepted) == 2  # the failed socket was dropped, not reused
-    connection.close()
 
 
 def test_an_endpoint_that_is_not_host_port_is_refused() -> None:

@@ -1,7 +1,7 @@
 """The lean gRPC connection against a scripted HTTP/2 peer: the frames RFC 9113 allows a server to send
 that Triton does not send on demand (a small send window, mid-call SETTINGS and PING, padded DATA,
-CONTINUATION, trailers-only errors, RST_STREAM, GOAWAY). The peer checks what the client sent back;
-the real Triton is in test_grpc_lean.py."""
+CONTINUATION, trailers-only errors, RST_STREAM, GOAWAY, a closed socket). The peer checks what the
+client sent back; the real Triton is in test_grpc_lean.py."""
 
 from __future__ import annotations
 
@@ -186,3 +186,16 @@ def test_trailers_only_errors_and_resets_fail_the_call_goaway_fails_the_connecti
         assert connection.call(b"d") == b"ok"  # a new connection
     finally:
         connection.close()
+
+
+def test_a_connection_the_server_closes_is_an_os_error_and_the_next_call_reconnects(
+        scripted: Callable[..., str]) -> None:
+    accepted: list[int] = []
+    connection = GrpcConnection(scripted(lambda peer, n: accepted.append(n)), timeout_s=5)  # then closes
+    try:
+        for _ in range(2):
+            with pytest.raises(OSError):
+                connection.call(b"m")
+    finally:
+        connection.close()
+    assert accepted == [0, 1]  # the failed socket was dropped, not reused
