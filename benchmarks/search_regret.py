@@ -53,7 +53,7 @@ from gpt_triton.deploy import write_model
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.racing import DriftFit, RaceWindow, drift_fit
 from gpt_triton.measure.runs import MeasureRun
-from gpt_triton.select import select
+from gpt_triton.select import select, select_finalists
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.steps import contenders
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
@@ -207,6 +207,7 @@ def main() -> None:
                     dump(args.dump / f"racing_{k + 1}.json", race_run)
                 won = select(racing, objective, everyone, [race_run.contrasts] if race_run.contrasts else [])
                 assert won.winner_id
+                alone_id: str | None = None
                 if args.finalists:
                     # As the tuner does (gpt_triton.steps.finalists): the contenders judged again together,
                     # and its cost counted in racing's time.
@@ -220,19 +221,25 @@ def main() -> None:
                         copies, until_separated=True)
                     apply_outcomes(copies, final_run.outcomes)
                     first_id = won.winner_id
-                    won = select(copies, objective, everyone, [final_run.contrasts] if final_run.contrasts else [])
-                    assert won.winner_id
+                    # The tuner chooses on the finalist run and racing's windows pooled; the choice on the
+                    # finalist run alone (before) is judged too, on the same windows.
+                    alone = select(copies, objective, everyone, [final_run.contrasts] if final_run.contrasts else [])
+                    won = select_finalists(copies, objective, everyone,
+                                           [race_run.contrasts] if race_run.contrasts else [], final_run.contrasts)
+                    assert won.winner_id and alone.winner_id
+                    alone_id = alone.winner_id
                     race_s += time.monotonic() - start
                     race_w += final_run.windows
                     race_log = race_log + [f"finalists: {line}" for line in final_run.log]
                     print(f"  finalists {', '.join(c.id for c in group)}: {final_run.windows} windows; "
-                          f"racing had {first_id}, finalists select {won.winner_id}", flush=True)
+                          f"racing had {first_id}, finalists select {won.winner_id} (on their run alone: "
+                          f"{alone_id})", flush=True)
                 assert won.winner_id is not None
                 winner_id: str = won.winner_id
-                races.append((winner_id, won, race_s, race_w, race_log))
+                races.append((winner_id, won, race_s, race_w, race_log, alone_id))
                 print(f"racing run {k + 1}: {race_w} windows, {race_s:.0f} s; selected {won.winner_id} "
                       f"(ties: {', '.join(won.ties) or 'none'})", flush=True)
-            finalists = list(dict.fromkeys([ex_winner] + [r[0] for r in races]))
+            finalists = list(dict.fromkeys([ex_winner] + [r[0] for r in races] + [r[5] for r in races if r[5]]))
             by_id = {c.id: c for c in base}
             judged, judge_level, judge_windows = None, 0.95, 0
             if len(finalists) > 1:
@@ -256,7 +263,8 @@ def main() -> None:
     print("exhaustive, pooled " + args.metric + ": " + ", ".join(
         f"{c} {pooled[c]:.2f} ms" for c in sorted(pooled, key=pooled.__getitem__)[:6]))
     summary: list[tuple[float, float, float]] = []  # (wall fraction, judged regret, its upper bound)
-    for k, (won_id, won, race_s, race_w, race_log) in enumerate(races, 1):
+    alone_summary: list[float] = []  # upper bounds of the judged regret of the finalist run's own choice
+    for k, (won_id, won, race_s, race_w, race_log, alone_id) in enumerate(races, 1):
         dropped = sum(1 for line in race_log if line.startswith("racing: dropped"))
         naive = pooled[won_id] / pooled[fastest] - 1.0
         line = (f"racing run {k}: {race_w} windows ({race_w / ex_w:.2f} of exhaustive), {race_s:.0f} s "
@@ -276,6 +284,13 @@ def main() -> None:
             line += (f"; judged regret vs the exhaustive winner {best.winner_id}: {100 * r:+.1f}% "
                      f"[{100 * lo:+.1f}%, {100 * hi:+.1f}%]")
             summary.append((race_s / ex_s, r, hi))
+        if alone_id and alone_id != won_id:
+            r, lo, hi = (0.0, 0.0, 0.0) if alone_id == ex_winner or judged is None else regret_interval(
+                judged, alone_id, ex_winner, judge_level)
+            line += f"; on the finalist run alone {alone_id}: {100 * r:+.1f}% [{100 * lo:+.1f}%, {100 * hi:+.1f}%]"
+            alone_summary.append(hi)
+        elif alone_id:
+            alone_summary.append(summary[-1][2] if summary else 0.0)
         print(line)
     if judged is not None:
         print(f"judge run: {judge_windows} windows each of {', '.join(finalists)}, intervals at "
@@ -293,6 +308,10 @@ def main() -> None:
               f"wall fractions {', '.join(f'{f:.2f}' for f, _, _ in summary)}; "
               f"judged regret {', '.join(f'{100 * r:+.1f}%' for _, r, _ in summary)} (upper bounds "
               f"{', '.join(f'{100 * h:+.1f}%' for _, _, h in summary)})")
+    if alone_summary:
+        print(f"the finalist run's choice alone (before): upper bound <= 2% in "
+              f"{sum(1 for hi in alone_summary if hi <= 0.02)} of {len(alone_summary)} (upper bounds "
+              f"{', '.join(f'{100 * h:+.1f}%' for h in alone_summary)})")
     for cand in sorted(exhaustive, key=lambda c: pooled.get(c.id, float("inf")))[:5]:
         print(f"  {cand.id} {pooled.get(cand.id, float('nan')):.3f} ms  {cand.route.key()}")
 

@@ -23,7 +23,7 @@ from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
 from gpt_triton.run import Run
-from gpt_triton.select import Selection, after_refinement, gain, select
+from gpt_triton.select import Selection, after_refinement, gain, select, select_finalists
 from gpt_triton.serving import measurer, serve
 
 
@@ -108,9 +108,9 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
                                deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
         run.budget.observe_windows(judge.objective_window_seconds)
         run.apply(copies, judged.outcomes)
-        final = select([c for c in copies if c.status == "measured"], objective,
-                       lambda c: candidate_eligible(c, run.spec.accuracy),
-                       [judged.contrasts] if judged.contrasts else [], spec.confidence)
+        final = select_finalists([c for c in copies if c.status == "measured"], objective,
+                                 lambda c: candidate_eligible(c, run.spec.accuracy), run.report.contrasts,
+                                 judged.contrasts, spec.confidence)
         baseline = next((c.id for c in copies if c.is_baseline), None)
         refined, pair = None, None
         if final.winner_id is not None and baseline is not None and final.winner_id != baseline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -116,3 +117,58 @@ class ObjectiveContrasts(BaseModel):
         """True when the two-sided ``level`` interval of the contrast contains 0."""
         diff, se = self.contrast(a, b)
         return abs(diff) <= float(stats.t.ppf(0.5 + level / 2.0, max(self.df, 1))) * se
+
+    def effect(self, cid: str) -> float:
+        """The candidate's effect: its log objective up to the run's offset (only differences mean anything)."""
+        return self.mu[self.ids.index(self.aliases.get(cid, cid))]
+
+
+def pooled_contrasts(records: Sequence[ObjectiveContrasts], ids: Sequence[str]) -> ObjectiveContrasts | None:
+    """The effects of ``ids`` on the evidence of several independent interleaved runs at once.
+
+    Generalised least squares over the runs' effect estimates (each weighted by the inverse of its own
+    covariance), with one offset per run: a run's server, machine state and round effects shift all
+    its candidates alike, so only its differences carry over. Two candidates are compared on every run
+    that measured both (and through third candidates where a run measured only one of them). This is
+    how a screen-then-select procedure's final choice uses both stages' data (Nelson et al. 2001, NSGS).
+    The result's ``df`` is the smallest of the runs' (each run estimated its own noise). Ids that are
+    one candidate in a run (its ``aliases``) are one effect here too. None when no run compared two of
+    ``ids`` or the runs leave some difference undetermined."""
+    reps: list[str] = []
+    aliases: dict[str, str] = {}
+    for cid in ids:
+        same = next((rep for rep in reps for r in records
+                     if r.covers(cid, rep) and r.aliases.get(cid, cid) == r.aliases.get(rep, rep)), None)
+        if same is None:
+            reps.append(cid)
+        else:
+            aliases[cid] = same
+    column = {cid: k - 1 for k, cid in enumerate(reps) if k > 0}  # the first effect is the reference, 0
+    used = []
+    for r in records:
+        rows = [(cid, r.ids.index(r.aliases.get(cid, cid))) for cid in reps if r.aliases.get(cid, cid) in r.ids]
+        if len(rows) >= 2:
+            used.append((r, rows))
+    if not used:
+        return None
+    params = len(reps) - 1 + len(used)
+    xtwx, xtwy = np.zeros((params, params)), np.zeros(params)
+    for k, (r, rows) in enumerate(used):
+        index = [i for _, i in rows]
+        x = np.zeros((len(rows), params))
+        for row, (cid, _) in enumerate(rows):
+            if cid in column:
+                x[row, column[cid]] = 1.0
+        x[:, len(reps) - 1 + k] = 1.0  # this run's offset
+        weight = np.linalg.pinv(np.asarray(r.cov)[np.ix_(index, index)])
+        xtwx += x.T @ weight @ x
+        xtwy += x.T @ weight @ np.asarray(r.mu)[index]
+    if np.linalg.matrix_rank(xtwx) < params:
+        return None
+    cov = np.linalg.inv(xtwx)
+    beta = cov @ xtwy
+    effects = len(reps) - 1
+    full = np.zeros((len(reps), len(reps)))
+    full[1:, 1:] = cov[:effects, :effects]
+    return ObjectiveContrasts(ids=reps, mu=[0.0, *beta[:effects].tolist()], cov=full.tolist(),
+                              df=min(r.df for r, _ in used), aliases=aliases)
