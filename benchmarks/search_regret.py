@@ -10,7 +10,9 @@ twice with :class:`gpt_triton.measure.harness.Measurer`, in one run:
   leader (the drift model over all windows, Bonferroni over comparisons and rounds) are dropped;
   contenders continue until stable, separated, futile to separate (a declared tie) or max_windows;
   then, as the tuner does, the finalist stage (the tie group / top-k and the baseline judged again
-  together, :func:`gpt_triton.steps.finalists`), its windows and time counted in racing's.
+  together, :func:`gpt_triton.steps.finalists`), its windows and time counted in racing's. The tuner
+  chooses on the finalist run's and racing's drift models pooled (:func:`gpt_triton.select.select_finalists`);
+  the choice on the finalist run alone (before) is judged beside it, on the same windows.
 
 The exhaustive reference gets more windows than the tuner's cap (12 by default): it is the "truth"
 racing is judged against, so it should be sharper than what it judges.
