@@ -124,9 +124,9 @@ def select(
         out.log.append("no eligible measured candidate: nothing selected")
         return out
     speed = {c.id: iv.value for c, iv in pool}
-    ranked = ranking is not None and all(ranking.covers(c.id, c.id) for c, _ in pool)
-    if ranking is not None and ranked:
-        speed = {c.id: ranking.effect(c.id) for c, _ in pool}
+    ranked = False
+    if ranking is not None and all(ranking.covers(c.id, c.id) for c, _ in pool):
+        ranked, speed = True, {c.id: ranking.effect(c.id) for c, _ in pool}
         out.log.append(f"ordered by the drift-adjusted effects of {len(pool)} candidates pooled over the runs that "
                        "measured them, not by this run's point values alone")
     pool.sort(key=lambda item: speed[item[0].id])
@@ -135,8 +135,8 @@ def select(
     tied = [(c, iv) for c, iv in pool if verdicts[c.id][0]]
     unit = "req/s (negated)" if objective.metric == "throughput" else "ms"
     out.log.append(
-        f"best {'pooled effect' if ranked else 'point estimate'} {named(best)}: {objective.metric} {best_iv.value:.4g} {unit} "
-        f"[{best_iv.low:.4g}, {best_iv.high:.4g}]"
+        f"best {'by the pooled effects' if ranked else 'point estimate'} {named(best)}: "
+        f"{'this run: ' if ranked else ''}{objective.metric} {best_iv.value:.4g} {unit} [{best_iv.low:.4g}, {best_iv.high:.4g}]"
     )
     if len(tied) > 1:
         # Within the noise: prefer the larger accuracy margin, then the cheaper build, then speed.

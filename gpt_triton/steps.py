@@ -80,8 +80,9 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
     curse) and a tie from short windows may span large gaps. The contenders (:func:`contenders`) get
     one interleaved run, shuffled each round, with fresh seeds, up to ``measure.finalist_windows``
     (default ``max_windows``) windows each: racing drops those clearly slower; it ends when the rest are separated, or cannot be
-    separated within the budget (a tie that holds). Selection then runs on that run alone, with its
-    drift model for the tie test. Returns the search's selection unchanged when there is nothing to
+    separated within the budget (a tie that holds). Selection then orders the contenders and judges
+    their ties on that run's drift model and the search's pooled (:func:`select_finalists`); the gain
+    it estimates is that run's alone. Returns the search's selection unchanged when there is nothing to
     re-judge (``measure.finalists: 0``, no winner, or a single contender)."""
     spec = run.spec.measure
     if spec.finalists <= 0 or first.winner_id is None:

@@ -69,7 +69,7 @@ def test_the_pooled_order_chooses_among_ties() -> None:
     both = select_finalists([x, y, base], ObjectiveSpec(), always, [search], final)
     assert both.winner_id == "y" and both.ties == ["x"] and both.runner_up_id == "x"
     assert any("pooled over the runs" in line for line in both.log)
-    assert any(line.startswith("best pooled effect y") for line in both.log)
+    assert any(line.startswith("best by the pooled effects y: this run: p99 5.1 ms") for line in both.log)
     # The figures selection reports stay the finalist run's own points.
     assert both.values == alone.values and both.estimate_ratio == pytest.approx(9.0 / 5.1)
     # Without a finalist record, or when the pooled effects do not cover everyone, the run's points order.
