@@ -184,7 +184,12 @@ def select_finalists(
     pooled = (pooled_contrasts([*search, finalists], [c.id for c in candidates])
               if finalists is not None else None)
     contrasts = [pooled] if pooled is not None else [finalists] if finalists is not None else []
-    return select(candidates, objective, eligible, contrasts, level, ranking=pooled)
+    chosen = select(candidates, objective, eligible, contrasts, level, ranking=pooled)
+    if pooled is None:  # say why the search's windows did not count (a run separated in two rounds, say)
+        why = ("the finalist run left no drift model (too few windows for one)" if finalists is None
+               else "the runs' drift models could not be pooled over these contenders")
+        chosen.log.insert(0, f"{why}: ordered by this run's point values alone")
+    return chosen
 
 
 def after_refinement(chosen: Selection, baseline_id: str, refined: Interval, requests: tuple[int, int]) -> Selection:

@@ -73,7 +73,10 @@ def test_the_pooled_order_chooses_among_ties() -> None:
     # The figures selection reports stay the finalist run's own points.
     assert both.values == alone.values and both.estimate_ratio == pytest.approx(9.0 / 5.1)
     # Without a finalist record, or when the pooled effects do not cover everyone, the run's points order.
-    assert select_finalists([x, y, base], ObjectiveSpec(), always, [search], None).winner_id == "x"
+    alone_points = select_finalists([x, y, base], ObjectiveSpec(), always, [search], None)
+    assert alone_points.winner_id == "x"
+    assert alone_points.log[0] == ("the finalist run left no drift model (too few windows for one): ordered by "
+                                   "this run's point values alone")
     partial = record(["x", "y"], [np.log(5.0), np.log(5.1)], [4e-3, 4e-3], df=20)
     assert select_finalists([x, y, base], ObjectiveSpec(), always, [], partial).winner_id == "x"
 
