@@ -286,13 +286,12 @@ def main() -> None:
             line += (f"; judged regret vs the exhaustive winner {best.winner_id}: {100 * r:+.1f}% "
                      f"[{100 * lo:+.1f}%, {100 * hi:+.1f}%]")
             summary.append((race_s / ex_s, r, hi))
-        if alone_id and alone_id != won_id:
-            r, lo, hi = (0.0, 0.0, 0.0) if alone_id == ex_winner or judged is None else regret_interval(
-                judged, alone_id, ex_winner, judge_level)
-            line += f"; on the finalist run alone {alone_id}: {100 * r:+.1f}% [{100 * lo:+.1f}%, {100 * hi:+.1f}%]"
+        if alone_id:  # the judge measured every choice; without a judge run all were the exhaustive winner
+            r, lo, hi = (regret_interval(judged, alone_id, ex_winner, judge_level) if judged is not None
+                         else (0.0, 0.0, 0.0))
             alone_summary.append(hi)
-        elif alone_id:
-            alone_summary.append(summary[-1][2] if summary else 0.0)
+            if alone_id != won_id:
+                line += f"; on the finalist run alone {alone_id}: {100 * r:+.1f}% [{100 * lo:+.1f}%, {100 * hi:+.1f}%]"
         print(line)
     if judged is not None:
         print(f"judge run: {judge_windows} windows each of {', '.join(finalists)}, intervals at "

@@ -177,9 +177,9 @@ def select_finalists(
     (:func:`pooled_contrasts`), the contenders are ordered and their ties judged on both, as a
     screen-then-select procedure's final choice uses both stages' data. The search's windows favour
     whoever was lucky in them, but the fresh run's windows weigh in with their full precision, and on
-    the ResNet-style CNN's figures (24 candidates, four within 5%, window noise ~10%) a simulation
-    chose a candidate more than 2% slower than the best 10% of the time on both runs, against 22% on
-    the finalist run alone. The gain selection reports stays the finalist run's own (then refined and
+    the ResNet-style CNN's figures (24 candidates, four within 5%, window noise ~10%) seeded draws
+    chose a candidate more than 2% slower than the best in 9% of 300 on both runs, against 21% on the
+    finalist run alone (``tests/test_select_pooled.py``). The gain selection reports stays the finalist run's own (then refined and
     re-measured), so this does not carry the search's bias into any figure."""
     pooled = (pooled_contrasts([*search, finalists], [c.id for c in candidates])
               if finalists is not None else None)

@@ -101,9 +101,13 @@ class ObjectiveContrasts(BaseModel):
     df: int
     aliases: dict[str, str] = Field(default_factory=dict)  # duplicate candidate -> the one measured
 
+    def position(self, cid: str) -> int | None:
+        """Where ``cid`` (or the candidate it duplicates) is in ``ids``; None when this run did not measure it."""
+        measured = self.aliases.get(cid, cid)
+        return self.ids.index(measured) if measured in self.ids else None
+
     def covers(self, a: str, b: str) -> bool:
-        ids = set(self.ids)
-        return self.aliases.get(a, a) in ids and self.aliases.get(b, b) in ids
+        return self.position(a) is not None and self.position(b) is not None
 
     def contrast(self, a: str, b: str) -> tuple[float, float]:
         """log(objective a / objective b) and its standard error."""
@@ -138,7 +142,7 @@ def pooled_contrasts(records: Sequence[ObjectiveContrasts], ids: Sequence[str]) 
     aliases: dict[str, str] = {}
     for cid in ids:
         same = next((rep for rep in reps for r in records
-                     if r.covers(cid, rep) and r.aliases.get(cid, cid) == r.aliases.get(rep, rep)), None)
+                     if r.covers(cid, rep) and r.position(cid) == r.position(rep)), None)
         if same is None:
             reps.append(cid)
         else:
@@ -146,7 +150,7 @@ def pooled_contrasts(records: Sequence[ObjectiveContrasts], ids: Sequence[str]) 
     column = {cid: k - 1 for k, cid in enumerate(reps) if k > 0}  # the first effect is the reference, 0
     used = []
     for r in records:
-        rows = [(cid, r.ids.index(r.aliases.get(cid, cid))) for cid in reps if r.aliases.get(cid, cid) in r.ids]
+        rows = [(cid, i) for cid in reps if (i := r.position(cid)) is not None]
         if len(rows) >= 2:
             used.append((r, rows))
     if not used:
