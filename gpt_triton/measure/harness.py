@@ -27,7 +27,7 @@ from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import LoadClient
-from gpt_triton.measure.gain_precision import GainPrecision, gain_precision, precision_note
+from gpt_triton.measure.gain_precision import GainPrecision, gain_precision, next_check, precision_note
 from gpt_triton.measure.loadgen import WindowSample, pinned
 from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.measure.quantiles import sizing_note, window_requests
@@ -263,10 +263,13 @@ class Measurer:
                                   [s.latencies_ms for s in run.samples[pair[1]]], self.objective.metric, target,
                                   seed=self.seed + self._windows_run)
 
-        found = check()
+        def windows() -> int:
+            return min(len(run.samples[c]) for c in pair)
+
+        found, checked_at = check(), windows()
         round_no = max(len(samples) for samples in run.samples.values())
         stopped_by = "window cap"
-        while (found is None or not found.reached) and min(len(run.samples[c]) for c in pair) < cap:
+        while (found is None or not found.reached) and windows() < cap:
             if _past(deadline):
                 stopped_by = "time budget"
                 break
@@ -282,6 +285,9 @@ class Measurer:
                 run.samples[cid].append(sample)
                 self._record(run, cid, round_no, sample)
                 self._window_done(cid, load, round_no, sample)
+            if windows() >= min(cap, next_check(checked_at, found, target)):
+                found, checked_at = check(), windows()
+        if checked_at != windows():  # the time budget ended it between checks: the note reads every window
             found = check()
         self._say(log, precision_note(doing, pair, found, target, stopped_by))
         return found

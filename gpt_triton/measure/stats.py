@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 
 from gpt_triton.core.measurements import Interval
+from gpt_triton.measure import tail_resample
 
 Statistic = Literal["p50", "p90", "p99", "mean"]
 _QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
@@ -135,6 +136,8 @@ def overlaps(a: Interval, b: Interval) -> bool:
 # makes intervals far too narrow, so racing drops and ties trust them too much. The two-stage bootstrap
 # resamples windows with replacement, then requests within each chosen window, so between-window
 # variation is in the interval. Percentile method (scipy's bootstrap has no clustered resampling).
+# A p99 alone is drawn tail first (gpt_triton/measure/tail_resample.py): the same replicates' law
+# without sorting each resample.
 
 
 class _TwoStage:
@@ -164,6 +167,13 @@ class _TwoStage:
         if callable(names) or not all(isinstance(n, str) for n in names):
             fn = statistic_fn(statistic)  # type: ignore[arg-type]
             return np.array([[float(fn(self.draw(rng), axis=-1))] for _ in range(resamples)])
+        fractions = [_QUANTILES[str(n)] / 100.0 if n in _QUANTILES else -1.0 for n in names]
+        if tail_resample.applies(fractions):  # p99 alone: drawn tail first, no sort (same distribution)
+            return tail_resample.upper_quantile_replicates(self.windows, fractions, resamples, rng)
+        return self.sorted_replicates(names, resamples, rng)
+
+    def sorted_replicates(self, names: Sequence[Statistic], resamples: int, rng: np.random.Generator) -> np.ndarray:
+        """(resamples, len(names)) replicates by resampling every latency and sorting each draw."""
         k, width = self.padded.shape
         chunk = max(1, _MAX_BATCH_ELEMENTS // (k * width))
         out = []

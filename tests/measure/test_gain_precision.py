@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from gpt_triton.core.measurements import Interval
-from gpt_triton.measure.gain_precision import gain_precision, precision_note, relative_half_width
+from gpt_triton.measure.gain_precision import (
+    GainPrecision,
+    gain_precision,
+    next_check,
+    precision_note,
+    relative_half_width,
+)
 
 
 def windows(rng: np.random.Generator, scale_ms: float, count: int, size: int, drift: float = 0.0) -> list[np.ndarray]:
@@ -54,3 +60,22 @@ def test_the_note_says_whether_the_target_was_reached() -> None:
     short = gain_precision(base, lead[:4], "p50", 0.5)
     assert short is not None and short.windows == 4 and short.requests == (1800, 1200)
 
+
+
+def found_at(half_width: float) -> GainPrecision:
+    return GainPrecision(ratio=Interval(value=1.5, low=1.5 - half_width, high=1.5 + half_width),
+                         half_width=half_width, windows=0, reached=False, requests=(0, 0))
+
+
+def test_checks_are_spaced_geometrically_or_by_the_projected_width() -> None:
+    assert next_check(2, None, 0.03) == 3  # no interval yet: the next round
+    assert next_check(40, found_at(0.20), 0.03) == 50  # far from the target: a quarter more windows
+    assert next_check(40, found_at(0.033), 0.03) == 49  # near it: where 1/sqrt(windows) projects it
+    assert next_check(40, found_at(0.0301), 0.03) == 41  # almost there: the next round
+    assert next_check(3, found_at(0.5), 0.03) == 4  # always at least one more round
+    assert next_check(10, found_at(float("inf")), 0.03) == 13
+    schedule, windows = [], 3
+    while windows <= 72:
+        schedule.append(windows)
+        windows = next_check(windows, found_at(0.2), 0.03)
+    assert schedule == [3, 4, 5, 7, 9, 12, 15, 19, 24, 30, 38, 48, 60]  # 13 checks for 72 windows, not 70

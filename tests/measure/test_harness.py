@@ -281,3 +281,37 @@ def test_refine_continues_a_run_with_the_selected_pair(delay_models: EmbeddedTri
     assert off.refine([base, fast], ("base", "fast"), run.objective_samples, []) is None and off.windows_run == 0
     with pytest.raises(GptTritonError, match="slow is not deployed"):
         m.refine([base, slow.model_copy(update={"deploy": None})], ("base", "slow"), run.objective_samples, [])
+
+
+@pytest.mark.slow
+def test_the_stop_rule_is_checked_on_a_geometric_schedule(delay_models: EmbeddedTriton, requests_x: list,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule's bootstrap grows with the windows: it runs at 3, 4, 5, 7, 9 and 12 windows each, not
+    after each of the nine rounds, and always on the last windows."""
+    import gpt_triton.measure.harness as harness
+
+    checked: list[int] = []
+
+    def counting(baseline: list, leader: list, *args: object, **kwargs: object) -> object:
+        checked.append(min(len(baseline), len(leader)))
+        return harness_gain_precision(baseline, leader, *args, **kwargs)
+
+    harness_gain_precision = harness.gain_precision
+    monkeypatch.setattr(harness, "gain_precision", counting)
+    base, fast = cand("base", "measure_slow20"), cand("fast", "measure_fast")
+    base.is_baseline = True
+    kw = dict(warmup_s=0.0, window_s=0.05, min_windows=3, max_windows=3, racing=False, gain_precision=1e-6,
+              gain_max_windows=12)
+    m = Measurer(delay_models.grpc_url, requests_x, spec(**kw), ObjectiveSpec(metric="p50"))
+    run = m.measure([base, fast], until_separated=True)
+    found = m.refine([base, fast], ("base", "fast"), run.objective_samples, [])
+    assert found is not None and found.windows == 12
+    assert checked == [3, 4, 5, 7, 9, 12]
+    # Ended by the time budget between two checks: the note still reads every window.
+    checked.clear()
+    ticks = iter([False, False, False, True])
+    monkeypatch.setattr(harness, "_past", lambda deadline: next(ticks))
+    notes: list[str] = []
+    found = m.refine([base, fast], ("base", "fast"), run.objective_samples, notes, deadline=0.0)
+    assert checked == [3, 4, 5, 6] and found is not None and found.windows == 6
+    assert "after 6 windows each" in notes[0] and "NOT reached (time budget)" in notes[0]
