@@ -185,7 +185,7 @@ def _finish(run: Run, heldout: HeldOut, repository: Path, signing_key: bytes | N
     if winner.id != baseline.id:
         runner_up_id = chosen_by_selection.runner_up_id
         report.gain = remeasure(run, winner, baseline, report.candidate(runner_up_id) if runner_up_id else None,
-                                chosen_by_selection.estimate_ratio)
+                                chosen_by_selection.estimate_ratio, chosen_by_selection.estimate)
         if report.gain is not None and (report.gain.significant or not spec.promotion.require_gain):
             chosen = winner
         else:

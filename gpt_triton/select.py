@@ -36,6 +36,7 @@ class Selection(BaseModel):
     values: dict[str, float] = Field(default_factory=dict)  # objective point values (lower is better)
     # What selection believed: objective(baseline) / objective(winner) from the selection windows.
     estimate_ratio: float | None = None
+    estimate: Interval | None = None  # its interval, when the finalist run refined the pair
 
 
 # The tie-break compares accuracy margins and build costs at a resolution: a margin (the fraction of
@@ -206,7 +207,7 @@ def after_refinement(chosen: Selection, baseline_id: str, refined: Interval, req
     if chosen.winner_id is None or chosen.winner_id == baseline_id:
         return chosen
     if refined.value >= 1.0 or baseline_id not in chosen.values:  # not eligible (an SLO it misses): the choice stands
-        return chosen.model_copy(update={"estimate_ratio": refined.value})
+        return chosen.model_copy(update={"estimate_ratio": refined.value, "estimate": refined})
     line = (f"the selected {chosen.winner_id} against the baseline over all their windows: ratio {refined.value:.3f} "
             f"[{refined.low:.3f}, {refined.high:.3f}] on {requests[0]} + {requests[1]} requests puts the baseline ahead: "
             f"the baseline {baseline_id} is selected, runner-up {chosen.winner_id}")
@@ -222,6 +223,7 @@ def gain(
     level: float = 0.95,
     resamples: int = 2000,
     selection_estimate_ratio: float | None = None,
+    selection_estimate: Interval | None = None,
 ) -> Gain:
     """The re-measured gain (>1: the winner is better) with a bootstrap interval over the separate run
     (two-stage over windows when each side has at least 3, so drift between windows counts).
@@ -247,5 +249,6 @@ def gain(
 
     return Gain(
         metric=metric, ratio=ratio, winner_ms=point(winner.latencies_ms), baseline_ms=point(baseline.latencies_ms),
-        selection_estimate_ratio=selection_estimate_ratio, significant=ratio.low > 1.0,
+        selection_estimate_ratio=selection_estimate_ratio, selection_estimate=selection_estimate,
+        significant=ratio.low > 1.0,
     )

@@ -15,7 +15,7 @@ from gpt_triton.accuracy.reference import HeldOut
 from gpt_triton.accuracy.served import accept
 from gpt_triton.accuracy.validate import infer_requests
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import ObjectiveContrasts
+from gpt_triton.core.measurements import Interval, ObjectiveContrasts
 from gpt_triton.core.naming import named, named_id
 from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
@@ -144,11 +144,13 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
 
 
 def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None,
-              estimate: float | None = None) -> Gain | None:
+              estimate: float | None = None, estimate_interval: Interval | None = None) -> Gain | None:
     """Winner (and runner-up) against the baseline on a fresh server, interleaved, with fresh seeds: the
     gain and its interval come from this run, not from the windows that selected the winner.
     ``estimate`` is what selection believed (baseline / winner objective; the finalist run's when it ran),
-    reported beside the re-measured gain; default: from the candidates' search figures."""
+    reported beside the re-measured gain; default: from the candidates' search figures. With its
+    ``estimate_interval`` (the finalist run's refined pair) the log says whether the two runs' gap is
+    within what both widths allow."""
     spec = run.spec
     contenders = [winner, baseline]
     if runner_up is not None and runner_up.id not in (winner.id, baseline.id):
@@ -167,7 +169,7 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     if estimate is None:
         estimate = base_value / win_value if win_value and base_value else None
     found = gain(results[baseline.id], results[winner.id], spec.objective, spec.measure.confidence,
-                 spec.measure.bootstrap_resamples, estimate)
+                 spec.measure.bootstrap_resamples, estimate, estimate_interval)
     found.remeasured_baseline = results[baseline.id].stats
     found.remeasured_winner = results[winner.id].stats
     run.decide(
@@ -175,6 +177,8 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         f"[{found.ratio.low:.3f}, {found.ratio.high:.3f}] (selection estimated {found.selection_estimate_ratio or float('nan'):.3f}); "
         f"on {found.remeasured_baseline.requests} baseline and {found.remeasured_winner.requests} winner requests"
     )
+    if (between := found.between_runs()) is not None:
+        run.decide(f"re-measure against the finalist run's estimate: {between.describe()}")
     return found
 
 

@@ -167,9 +167,11 @@ def test_the_refined_pair_can_hand_the_choice_back_to_the_baseline() -> None:
     # The pair's windows still put the selected candidate ahead: the choice stands, with their ratio.
     ahead = after_refinement(chosen, "base", Interval(value=1.08, low=0.95, high=1.21), (5500, 5500))
     assert (ahead.winner_id, ahead.runner_up_id, ahead.estimate_ratio, ahead.log) == ("a", "b", 1.08, chosen.log)
+    assert ahead.estimate == Interval(value=1.08, low=0.95, high=1.21)  # carried to the re-measure's comparison
     # They put the baseline ahead (ResNet, 2026-12-04: 0.824 [0.719, 1.129]): the baseline is selected.
     behind = after_refinement(chosen, "base", Interval(value=0.824, low=0.719, high=1.129), (5500, 5400))
     assert (behind.winner_id, behind.runner_up_id, behind.estimate_ratio) == ("base", "a", 1.0)
+    assert behind.estimate is None  # no gain is claimed for the baseline
     assert behind.ties == ["b"] and behind.values == chosen.values
     assert "0.824 [0.719, 1.129] on 5500 + 5400 requests puts the baseline ahead" in behind.log[-1]
     assert chosen.winner_id == "a" and len(chosen.log) == 1  # a new Selection, the old one untouched

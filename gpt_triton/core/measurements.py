@@ -34,6 +34,35 @@ class Interval(BaseModel):
     level: float = 0.95
 
 
+class RatioGap(BaseModel):
+    """Two independent estimates of one ratio (a selection estimate and its re-measure), compared on the
+    log scale with each interval's half-width read as its level's normal quantile of standard errors."""
+
+    relative: float  # first / second - 1
+    z: float  # the log gap over the standard error of the difference
+    agree: bool  # |z| within the two-sided 95% critical value: the intervals allow the gap
+
+    def describe(self) -> str:
+        gap = f"the two runs differ by {100 * self.relative:+.1f}% (z {self.z:+.2f})"
+        if self.agree:
+            return f"{gap}, within what their intervals allow"
+        return (f"{gap}, more than their intervals allow: the gain moved between the runs (the machine's state, "
+                f"not the sampling), so read both intervals, not one point")
+
+
+def ratio_gap(first: Interval, second: Interval) -> RatioGap | None:
+    """How far ``first`` is from ``second`` beyond what their widths allow; None when either has a bound at
+    or below 0 (no log scale) or no width (nothing to compare against)."""
+    if min(first.value, first.low, second.value, second.low) <= 0:
+        return None
+    ses = [(np.log(i.high) - np.log(i.low)) / (2.0 * float(stats.norm.ppf(0.5 + i.level / 2.0))) for i in (first, second)]
+    se = float(np.hypot(*ses))
+    if not np.isfinite(se) or se <= 0:
+        return None
+    z = float(np.log(first.value / second.value)) / se
+    return RatioGap(relative=first.value / second.value - 1.0, z=z, agree=abs(z) <= float(stats.norm.ppf(0.975)))
+
+
 class ServerBreakdown(BaseModel):
     """Mean per-request server-side times (ms) from Triton's statistics API deltas."""
 

@@ -10,7 +10,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from gpt_triton.core.accuracy import AccuracyResult
-from gpt_triton.core.measurements import Interval, IsolatedStats, LatencyStats, ObjectiveContrasts
+from gpt_triton.core.measurements import (
+    Interval,
+    IsolatedStats,
+    LatencyStats,
+    ObjectiveContrasts,
+    RatioGap,
+    ratio_gap,
+)
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import TuneSpec
@@ -69,10 +76,17 @@ class Gain(BaseModel):
     winner_ms: float
     baseline_ms: float
     selection_estimate_ratio: float | None = None  # what selection believed: the winner's-curse gap
+    # Its interval, when the finalist run measured the pair to one: the two runs' gap is then judged
+    # against both widths (core.measurements.ratio_gap).
+    selection_estimate: Interval | None = None
     significant: bool = False  # the interval excludes 1.0
     # The separate re-measurement's own stats (windows, intervals), for the report's re-measurement plot.
     remeasured_baseline: LatencyStats | None = None
     remeasured_winner: LatencyStats | None = None
+
+    def between_runs(self) -> RatioGap | None:
+        """The selection estimate against this re-measure, when the finalist run gave it an interval."""
+        return None if self.selection_estimate is None else ratio_gap(self.selection_estimate, self.ratio)
 
 
 class Machine(BaseModel):

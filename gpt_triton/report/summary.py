@@ -49,6 +49,9 @@ def run_summary(report: RunReport) -> dict[str, Any]:
             "metric": gain.metric, "ratio": gain.ratio.value, "low": gain.ratio.low, "high": gain.ratio.high,
             "level": gain.ratio.level, "significant": gain.significant, "winner_ms": gain.winner_ms,
             "baseline_ms": gain.baseline_ms, "selection_estimate_ratio": gain.selection_estimate_ratio,
+            "selection_estimate_low": None if gain.selection_estimate is None else gain.selection_estimate.low,
+            "selection_estimate_high": None if gain.selection_estimate is None else gain.selection_estimate.high,
+            "runs_agree": None if (between := gain.between_runs()) is None else between.agree,
         },
         "heldout": None if heldout is None else {
             "passed": heldout.passed, "requests": heldout.requests, "exceedances": heldout.exceedances,

@@ -46,7 +46,12 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
             f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {_who(report, contender)} {fmt_ms(gain.winner_ms)} ms"
         )
         if gain.selection_estimate_ratio is not None:
-            text += f"; selection estimated {gain.selection_estimate_ratio:.3f} (winner's curse {gain.selection_estimate_ratio - r.value:+.3f})"
+            e = gain.selection_estimate
+            interval = f" [{e.low:.3f}, {e.high:.3f}]" if e is not None else ""
+            text += (f"; selection estimated {gain.selection_estimate_ratio:.3f}{interval} "
+                     f"(winner's curse {gain.selection_estimate_ratio - r.value:+.3f})")
+            if (between := gain.between_runs()) is not None:
+                text += f": {between.describe()}"
         lines.append(("re-measured gain", text))
     else:
         lines.append(("re-measured gain", "not measured"))

@@ -128,6 +128,10 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
                    and ("after 4 windows each" in d or "target +/-3.0% reached" in d) for d in widths)
         finalist_ratio = float(widths[0].split(" ratio ")[1].split()[0])
         assert report["gain"]["selection_estimate_ratio"] == pytest.approx(finalist_ratio, abs=1e-3)
+        # ... with its interval, against which the re-measure's gap is judged in the log.
+        assert report["gain"]["selection_estimate"]["value"] == pytest.approx(finalist_ratio, abs=1e-3)
+        assert any(d.startswith("re-measure against the finalist run's estimate: the two runs differ by")
+                   for d in report["decisions"])
 
 
 def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,7 @@ from gpt_triton.report import (
     verdict_lines,
 )
 from gpt_triton.report.fmt import fmt_ms
+from gpt_triton.report.summary import run_summary
 from gpt_triton.report.view import FamilyRow
 
 from .conftest import LOADS, candidate, make_report, spec
@@ -87,6 +88,26 @@ def test_selected_but_unconfirmed_pick_is_marked() -> None:
     # The re-measured gain is c04's, and nothing is paid back when the baseline is kept.
     assert "-> openvino (c04) 6.20 ms" in text["re-measured gain"]  # named, with the id as the key
     assert break_even_inferences(report) is None and text["break-even"].startswith("none: the baseline was kept")
+    assert "selection estimated 1.400 (winner's curse +0.370)" in text["re-measured gain"]
+    assert "the two runs differ" not in text["re-measured gain"]  # no interval for the estimate: no comparison
+
+
+def test_the_estimate_and_the_re_measure_are_judged_against_both_widths() -> None:
+    # w2 of 2026-12-05: the finalist run 1.361 [1.249, 1.527], the re-measure 1.597 [1.340, 2.047].
+    gain = Gain(metric="p99", ratio=Interval(value=1.597, low=1.340, high=2.047), winner_ms=1.8, baseline_ms=2.9,
+                selection_estimate_ratio=1.361, selection_estimate=Interval(value=1.361, low=1.249, high=1.527),
+                significant=True)
+    text = dict(verdict_lines(make_report(winner_id="c04", selected_id="c04", gain=gain)))["re-measured gain"]
+    assert "selection estimated 1.361 [1.249, 1.527] (winner's curse -0.236): the two runs differ by -14.8%" in text
+    assert "within what their intervals allow" in text
+    narrow = gain.model_copy(update={"selection_estimate": Interval(value=1.361, low=1.34, high=1.38),
+                                     "ratio": Interval(value=1.597, low=1.57, high=1.62)})
+    text = dict(verdict_lines(make_report(winner_id="c04", selected_id="c04", gain=narrow)))["re-measured gain"]
+    assert "more than their intervals allow: the gain moved between the runs" in text
+    # The JSON summary carries the estimate's interval and the verdict.
+    summary = run_summary(make_report(winner_id="c04", selected_id="c04", gain=narrow))["gain"]
+    assert (summary["selection_estimate_low"], summary["selection_estimate_high"], summary["runs_agree"]) == (1.34, 1.38, False)
+    assert run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]["runs_agree"] is True
 
 
 def test_verdict_panel_contents(report: RunReport) -> None:
