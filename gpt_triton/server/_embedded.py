@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import importlib.util
 import os
 import re
@@ -115,11 +114,26 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: ask Linux to SIGTERM it when its parent dies."""
-    with contextlib.suppress(Exception):  # not Linux, or no libc: stop() and atexit still apply
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+# Started in place of tritonserver: asks Linux to SIGTERM it when its parent dies, then becomes tritonserver
+# (the request survives exec). Not a preexec_fn: that makes Python fork() rather than vfork(), and the forked
+# child then runs the fork handlers of every C library loaded here; gRPC's (tritonclient.grpc is) can fail
+# in it, and the child exits before exec with only "(event_engine) Epoll1Poller ... epoll_wait error: Bad
+# file descriptor" in the server log (a fresh-clone CI run, 2026-12-05).
+_EXEC_DYING_WITH_PARENT = f"""
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, signal.SIGTERM)
+except Exception:
+    pass  # not Linux, or no libc: stop() and atexit still apply
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the parent died before the signal was asked for
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _dying_with_parent(command: list[str]) -> list[str]:
+    """``command`` run through :data:`_EXEC_DYING_WITH_PARENT` (an isolated interpreter without site)."""
+    return [sys.executable, "-I", "-S", "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid()), *command]
 
 
 def last_error_line(log_path: Path) -> str:
@@ -249,12 +263,12 @@ class EmbeddedTriton(TritonServer):
         # decides the order of shutdown. If this process dies without running stop() (SIGKILL, an
         # unhandled SIGTERM), the kernel's parent-death signal still takes the server down. It is tied
         # to the forking *thread*, so it is only armed when starting from the main thread.
-        preexec = _die_with_parent if threading.current_thread() is threading.main_thread() else None
+        if threading.current_thread() is threading.main_thread():
+            command = _dying_with_parent(command)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self._environment(), start_new_session=True,  # own process group: stop() kills it whole
-                preexec_fn=preexec,
             )
 
     def _wait_ready(self) -> None:

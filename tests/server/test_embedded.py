@@ -147,6 +147,32 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_server_is_started_without_a_fork_time_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preexec_fn makes Python fork() and run every loaded C library's fork handlers in the child before
+    exec; gRPC's failed there once in CI and the server never started. The parent-death signal is asked
+    for by the started interpreter instead (test_server_dies_with_a_killed_parent checks it still works)."""
+    import subprocess
+    import sys
+
+    import gpt_triton.server._embedded as embedded
+
+    started: list[tuple[list[str], dict]] = []
+    popen = subprocess.Popen
+
+    def recording(command: list[str], **kwargs: object) -> subprocess.Popen:
+        started.append((command, kwargs))
+        return popen(command, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(embedded.subprocess, "Popen", recording)
+    with EmbeddedTriton(tmp_path / "repo") as server:
+        assert server.client().is_server_live()
+        assert psutil.Process(server.pid).name() == "tritonserver"  # the interpreter became it
+    command, kwargs = started[0]
+    assert kwargs.get("preexec_fn") is None and command[0] == sys.executable
+    assert command[command.index(str(triton_binary()))] == str(triton_binary())
+
+
+@pytest.mark.slow
 def test_port_clash_is_retried_on_fresh_ports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
