@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import numpy as np
 from scipy.stats import ks_2samp
@@ -40,9 +41,9 @@ def windows(count: int, requests: int, seed: int) -> list[np.ndarray]:
     return out
 
 
-def timed(fn: object, *args: object) -> tuple[float, np.ndarray]:
+def timed(fn: Callable[..., np.ndarray], *args: object) -> tuple[float, np.ndarray]:
     start = time.perf_counter()
-    out = fn(*args)  # type: ignore[operator]
+    out = fn(*args)
     return time.perf_counter() - start, out
 
 

@@ -291,12 +291,12 @@ def test_the_stop_rule_is_checked_on_a_geometric_schedule(delay_models: Embedded
     import gpt_triton.measure.harness as harness
 
     checked: list[int] = []
+    original = harness.gain_precision
 
     def counting(baseline: list, leader: list, *args: object, **kwargs: object) -> object:
         checked.append(min(len(baseline), len(leader)))
-        return harness_gain_precision(baseline, leader, *args, **kwargs)
+        return original(baseline, leader, *args, **kwargs)
 
-    harness_gain_precision = harness.gain_precision
     monkeypatch.setattr(harness, "gain_precision", counting)
     base, fast = cand("base", "measure_slow20"), cand("fast", "measure_fast")
     base.is_baseline = True

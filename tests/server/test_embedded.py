@@ -151,6 +151,7 @@ def test_the_server_is_started_without_a_fork_time_hook(tmp_path: Path, monkeypa
     """A preexec_fn makes Python fork() and run every loaded C library's fork handlers in the child before
     exec; gRPC's failed there once in CI and the server never started. The parent-death signal is asked
     for by the started interpreter instead (test_server_dies_with_a_killed_parent checks it still works)."""
+    import os
     import subprocess
     import sys
 
@@ -169,7 +170,8 @@ def test_the_server_is_started_without_a_fork_time_hook(tmp_path: Path, monkeypa
         assert psutil.Process(server.pid).name() == "tritonserver"  # the interpreter became it
     command, kwargs = started[0]
     assert kwargs.get("preexec_fn") is None and command[0] == sys.executable
-    assert command[command.index(str(triton_binary()))] == str(triton_binary())
+    code_at = command.index("-c")  # the code, this process's pid (the parent to die with), then tritonserver
+    assert command[code_at + 2] == str(os.getpid()) and command[code_at + 3] == str(triton_binary())
 
 
 @pytest.mark.slow
