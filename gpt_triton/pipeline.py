@@ -145,7 +145,7 @@ def _serve_batch(run: Run, server: TritonServer, batch: list[Candidate], cache: 
         run.apply(fresh, screen(server.grpc_url, fresh, run.tuning, run.spec.accuracy, run.output_names))
         feasible = [c for c in loaded if c.status == "deployed"]
         with run.progress.bar(f"measuring {len(feasible)} candidates (windows)", None) as advance:
-            meter = measurer(run, server, advance)
+            meter = measurer(run, server, advance, "search")
             # Past the budget less the later stages' least cost (which this batch's windows tell), each
             # load ends at min_windows.
             measurable = _measured(run.report.candidates) + len(feasible)

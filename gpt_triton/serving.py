@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from gpt_triton.core.records import Candidate
-from gpt_triton.core.spec import TuneSpec
+from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec, TuneSpec
 from gpt_triton.deploy import deploy_candidates, unload_candidates, unservable_runtimes
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.routes import FAMILIES
@@ -62,12 +62,15 @@ def serve(run: Run, candidates: Sequence[Candidate], label: str, suffix: str) ->
         yield server, loaded
 
 
-def measurer(run: Run, server: TritonServer, advance: Advance) -> Measurer:
+def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
+             measure: MeasureSpec | None = None, objective: ObjectiveSpec | None = None, seed: int = 0) -> Measurer:
     """The one way a run builds its measurer: the tuning split's inputs, the run's measure and objective
-    specs, the server's metrics for the server-side breakdown."""
+    specs (or a stage's own), the server's metrics for the server-side breakdown, and the run's
+    windows.csv, whose rows name ``stage``."""
     spec = run.spec
-    return Measurer(server.grpc_url, run.tuning.inputs, spec.measure, spec.objective, metrics_url=server.metrics_url,
-                    progress=advance, processes=spec.measure.client_processes, http_url=server.http_url or None)
+    return Measurer(server.grpc_url, run.tuning.inputs, measure or spec.measure, objective or spec.objective,
+                    metrics_url=server.metrics_url, progress=advance, processes=spec.measure.client_processes,
+                    seed=seed, http_url=server.http_url or None, on_window=run.windows.sink(stage))
 
 
 def unusable_families(spec: TuneSpec, server: TritonServer) -> dict[str, str]:

@@ -20,7 +20,6 @@ from gpt_triton.core.naming import named, named_id
 from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
 from gpt_triton.core.records import Candidate, Gain
-from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
 from gpt_triton.run import Run
 from gpt_triton.select import Selection, after_refinement, gain, select, select_finalists
@@ -100,9 +99,7 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
     notes: list[str] = []
     with serve(run, copies, "finalists", "_f") as (server, loaded), \
             run.progress.bar(f"finalists: judging {len(loaded)} candidates (windows)", None) as advance:
-        judge = Measurer(server.grpc_url, run.tuning.inputs, stage, objective, metrics_url=server.metrics_url,
-                         progress=advance, processes=spec.client_processes, seed=4_243,
-                         http_url=server.http_url or None)
+        judge = measurer(run, server, advance, "finalists", stage, objective, seed=4_243)
         # Half of what the budget leaves beyond the re-measure's least cost for the finalist run and its
         # refinement (past it, each load ends at min_windows); the re-measure gets the other half.
         judged = judge.measure(loaded, until_separated=True,
@@ -161,7 +158,7 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
             notes: list[str] = []
             deadline = run.budget.deadline(keep_s=run.budget.heldout_s())
-            results = measurer(run, server, advance).remeasure(contenders, (baseline.id, winner.id), notes, deadline)
+            results = measurer(run, server, advance, "remeasure").remeasure(contenders, (baseline.id, winner.id), notes, deadline)
     for line in notes:
         run.decide(line)
     win_value = objective_value(winner.latency, spec.objective)
@@ -187,7 +184,7 @@ def repeat_check(run: Run, measured: Sequence[Candidate], first: Selection) -> N
     copies = [fresh_copy(c) for c in measured]
     with serve(run, copies, "repeat", "_k") as (server, loaded), \
             run.progress.bar("repeat check: measuring again (windows)", None) as advance:
-        again = measurer(run, server, advance).measure(loaded)
+        again = measurer(run, server, advance, "repeat").measure(loaded)
     run.apply(copies, again.outcomes)
     second = selection(run, [c for c in copies if c.status == "measured"],
                        [again.contrasts] if again.contrasts else [])

@@ -41,6 +41,7 @@ from gpt_triton.measure.racing import (
 )
 from gpt_triton.measure.runs import LoadRun, MeasureRun, RemeasureResult, dedupe_key
 from gpt_triton.measure.stats import window_bootstrap_interval
+from gpt_triton.measure.window_log import WindowSink
 from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
 
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
@@ -72,6 +73,7 @@ class Measurer:
         race_after: int = 1,
         client: LoadClient | None = None,
         http_url: str | None = None,
+        on_window: WindowSink | None = None,
     ) -> None:
         if not requests:
             raise GptTritonError("no requests to measure with: the tuning split is empty")
@@ -84,6 +86,7 @@ class Measurer:
         self.objective = objective
         self.metrics_url = metrics_url
         self.progress = progress or (lambda _msg: None)
+        self.on_window = on_window  # every counted window (not warm-ups), as it ends: the run's windows.csv
         self.processes = processes
         self.server_pid = server_pid
         self.outputs = list(outputs) if outputs else None
@@ -133,6 +136,8 @@ class Measurer:
 
     def _window_done(self, cid: str, load: LoadProfile, round_no: int, sample: WindowSample) -> None:
         res = sample.result
+        if self.on_window is not None:
+            self.on_window(cid, load.label(), round_no, res)
         self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
                       f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
 

@@ -261,6 +261,21 @@ def test_remeasure_goes_on_with_the_pair_until_the_gain_is_known(delay_models: E
 
 
 @pytest.mark.slow
+def test_every_counted_window_is_reported_as_it_ends(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    base, win = cand("base", "measure_slow20"), cand("win", "measure_fast")
+    reported: list[tuple[str, str, int, float]] = []
+    m = Measurer(delay_models.grpc_url, requests_x, spec(gain_precision=1e-6, gain_max_windows=4, window_s=0.1),
+                 ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res: reported.append((c, load, r, res.p50_ms)))
+    results = m.remeasure([win, base], ("base", "win"), [])
+    # The re-measure's 3 rounds and the pair's extension to 4, not the two warm-ups (windows_run counts them).
+    assert m.windows_run == 8 + 2
+    assert [(c, load) for c, load, _, _ in reported] == m.window_order
+    assert [r for c, _, r, _ in reported if c == "win"] == [1, 2, 3, 4]
+    for cid in ("base", "win"):  # the figures reported are the windows the result rests on, in order
+        assert [p50 for c, _, _, p50 in reported if c == cid] == [w.p50_ms for w in results[cid].stats.windows]
+
+
+@pytest.mark.slow
 def test_refine_continues_a_run_with_the_selected_pair(delay_models: EmbeddedTriton, requests_x: list) -> None:
     base, fast, slow = cand("base", "measure_slow20"), cand("fast", "measure_fast"), cand("slow", "measure_slow30")
     base.is_baseline = True

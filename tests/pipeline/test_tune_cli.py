@@ -22,6 +22,7 @@ import yaml
 from gpt_triton.cli import main
 from gpt_triton.core.naming import named_id
 from gpt_triton.core.records import RunReport
+from gpt_triton.measure.window_log import read_windows
 from gpt_triton.report import verdict_lines
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
@@ -132,6 +133,22 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         assert report["gain"]["selection_estimate"]["value"] == pytest.approx(finalist_ratio, abs=1e-3)
         assert any(d.startswith("re-measure against the finalist run's estimate: the two runs differ by")
                    for d in report["decisions"])
+    # Every counted window of every stage is in windows.csv, in the order run: the finalist stage's too
+    # (report.json keeps none of its windows), and the re-measure's, which are the report's.
+    rows = read_windows(out / "windows.csv")
+    assert {r["run_id"] for r in rows} == {report["run_id"]}
+    stages = [r["stage"] for r in rows]
+    assert stages == sorted(stages, key=["search", "finalists", "remeasure"].index), sorted(set(stages))
+    assert {"search", "finalists"} <= set(stages)
+    def p99s(stage: str, cid: str) -> list[float]:
+        return [float(r["p99_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]
+
+    baseline = next(c for c in report["candidates"] if c["id"] == report["baseline_id"])
+    assert p99s("search", baseline["id"]) == pytest.approx([w["p99_ms"] for w in baseline["latency"][0]["windows"]],
+                                                           abs=1e-3)
+    if report["gain"]:
+        assert p99s("remeasure", baseline["id"]) == pytest.approx(
+            [w["p99_ms"] for w in report["gain"]["remeasured_baseline"]["windows"]], abs=1e-3)
 
 
 def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:

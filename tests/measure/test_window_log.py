@@ -1,0 +1,45 @@
+"""RUN_DIR/windows.csv: every counted window of a run, one row each, in the order run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpt_triton.core.measurements import WindowResult
+from gpt_triton.measure.window_log import FIELDS, WindowLog, read_windows
+
+
+def result(p99: float, requests: int = 500) -> WindowResult:
+    return WindowResult(duration_s=0.75, requests=requests, errors=0, throughput=requests / 0.75, p50_ms=p99 / 2,
+                        p90_ms=p99 * 0.8, p99_ms=p99, mean_ms=p99 / 2)
+
+
+def test_rows_follow_the_windows_of_every_stage_in_order(tmp_path: Path) -> None:
+    log = WindowLog(tmp_path / "windows.csv", "run-1")
+    search, remeasure = log.sink("search"), log.sink("remeasure")
+    search("a", "concurrency=1", 1, result(2.0))
+    search("b", "concurrency=1", 1, result(3.0))
+    remeasure("a", "concurrency=1", 1, result(2.5, requests=800))
+    lines = (tmp_path / "windows.csv").read_text().splitlines()
+    assert lines[0] == ",".join(FIELDS) and len(lines) == 4  # one header, one row per window
+    rows = read_windows(tmp_path / "windows.csv")
+    assert [(r["stage"], r["candidate"], r["round"]) for r in rows] == [
+        ("search", "a", "1"), ("search", "b", "1"), ("remeasure", "a", "1")]
+    assert [float(r["p99_ms"]) for r in rows] == [2.0, 3.0, 2.5]
+    assert rows[2]["requests"] == "800" and {r["run_id"] for r in rows} == {"run-1"}
+    assert rows[0]["ended_utc"] <= rows[1]["ended_utc"] <= rows[2]["ended_utc"]
+
+
+def test_a_second_run_in_the_same_directory_appends_under_its_own_id(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    WindowLog(path, "first").sink("search")("a", "concurrency=1", 1, result(2.0))
+    WindowLog(path, "second").sink("search")("a", "concurrency=1", 1, result(2.2))
+    rows = read_windows(path)
+    assert [r["run_id"] for r in rows] == ["first", "second"]  # the header is written once
+    assert path.read_text().count("run_id") == 1
+
+
+def test_an_empty_file_gets_its_header(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    path.touch()  # e.g. left by an interrupted run before its first window
+    WindowLog(path, "r").sink("finalists")("a", "concurrency=1", 2, result(1.0))
+    assert [r["stage"] for r in read_windows(path)] == ["finalists"]
