@@ -64,12 +64,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=800, help="requests per window")
     parser.add_argument("--settle", type=int, default=40, help="requests left out at the start of every window")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="trace_split_") as tmp:  # the trace of a run is some 60 MB
+        run(args, Path(tmp))
+
+
+def run(args: argparse.Namespace, root: Path) -> None:
     model_path, baseline, picked = from_run(args.run_dir)
     info = inspect_model(model_path)
     shapes = resolve_shapes(info, {})
     rng = np.random.default_rng(0)
     payloads = [{n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()} for _ in range(16)]
-    root = Path(tempfile.mkdtemp())
     trace_args = [f"--trace-config=triton,file={root / 'trace.json'}", "--trace-config=rate=1",
                   "--trace-config=level=TIMESTAMPS", "--trace-config=triton,log-frequency=4000"]
     latencies: dict[str, list[tuple[int, int, float]]] = {}
