@@ -48,8 +48,8 @@ def one_tune(run_dir: Path) -> dict[str, float] | None:
            "base_shift": 100 * float(base[fixed:].mean() - base[:fixed].mean()), "share": fixed / winner.size}
     if (run_dir / WINDOWS_FILE).is_file():
         rows = read_windows(run_dir / WINDOWS_FILE)
-        win_id = next(r["candidate"] for r in rows if r["stage"] == "remeasure" and r["round"] == "1")  # A comes first
-        for key, cid, remeasured in (("winner", win_id, winner), ("base", report["baseline_id"], base)):
+        # selected_id is the candidate the re-measure compared with the baseline (winner_id may be the baseline)
+        for key, cid, remeasured in (("winner", report["selected_id"], winner), ("base", report["baseline_id"], base)):
             finals = np.log([float(r["p99_ms"]) for r in rows if r["stage"] == "finalists" and r["candidate"] == cid])
             if finals.size:
                 out[f"{key}_finalists_vs_abc"] = 100 * float(finals.mean() - remeasured[:fixed].mean())

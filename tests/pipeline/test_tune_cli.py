@@ -149,6 +149,8 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     if report["gain"]:
         assert p99s("remeasure", baseline["id"]) == pytest.approx(
             [w["p99_ms"] for w in report["gain"]["remeasured_baseline"]["windows"]], abs=1e-3)
+        assert p99s("remeasure", report["selected_id"]) == pytest.approx(
+            [w["p99_ms"] for w in report["gain"]["remeasured_winner"]["windows"]], abs=1e-3)
 
 
 def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:
