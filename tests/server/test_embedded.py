@@ -89,13 +89,14 @@ def test_two_servers_use_distinct_ephemeral_ports(tmp_path: Path, triton_server:
 
 @pytest.mark.slow
 def test_failed_start_reports_the_server_reason(tmp_path: Path) -> None:
-    server = EmbeddedTriton(tmp_path / "repo", extra_args=["--model-control-mode=nonsense"])
+    server = EmbeddedTriton(tmp_path / "repo", workdir=tmp_path / "work", extra_args=["--model-control-mode=nonsense"])
     started = time.monotonic()
     with pytest.raises(GptTritonError, match="tritonserver exited during start-up: invalid argument for --model-control-mode"):
         server.start()
     assert time.monotonic() - started < 30
     assert server.pid is None  # nothing left running
-    assert server.log_path is not None and "--model-control-mode" in server.log_path.read_text()  # log kept
+    assert server.log_path == tmp_path / "work" / "tritonserver.log"
+    assert "--model-control-mode" in server.log_path.read_text()  # log kept
 
 
 @pytest.mark.slow
@@ -121,7 +122,7 @@ _ORPHAN_SCRIPT = """
 import os, sys
 from pathlib import Path
 from gpt_triton.server import EmbeddedTriton
-server = EmbeddedTriton(Path(sys.argv[1]))
+server = EmbeddedTriton(Path(sys.argv[1]), workdir=Path(sys.argv[2]))  # a killed parent cannot remove it
 server.start()
 print(server.pid, flush=True)
 os.kill(os.getpid(), 9)  # die without running stop() or atexit
@@ -133,7 +134,7 @@ def test_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    child = subprocess.run([sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path / "repo")],
+    child = subprocess.run([sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path / "repo"), str(tmp_path / "work")],
                            capture_output=True, text=True, timeout=120)
     pid = int(child.stdout.split()[0])
     try:
