@@ -32,7 +32,8 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -44,21 +45,24 @@ from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E4
 from gpt_triton.deploy import write_model  # noqa: E402
 from gpt_triton.measure.grpc_lean import GrpcConnection  # noqa: E402
 from gpt_triton.measure.sender import serialised_request  # noqa: E402
-from gpt_triton.server import EmbeddedTriton  # noqa: E402
+from gpt_triton.server import SUMMARY_METRICS_ARGS, EmbeddedTriton  # noqa: E402
 
 Send = Callable[[str, int, int], list[float]]  # (model, requests, discarded first) -> latencies in ms
 
 
 @contextmanager
-def served_pair(root: Path, model_path: Path, aa: bool) -> Iterator[tuple[Send, tuple[str, str]]]:
-    """A server with the two variants loaded (the baseline twice with ``aa``), and a lean sender."""
+def served_pair(root: Path, model_path: Path, aa: bool, metrics_args: Sequence[str] = SUMMARY_METRICS_ARGS,
+                scrape: bool = False) -> Iterator[tuple[Send, tuple[str, str]]]:
+    """A server with the two variants loaded (the baseline twice with ``aa``), and a lean sender.
+    ``metrics_args``: the server's latency-summary flags; ``scrape``: read the server's /metrics after
+    every block sent, untimed, as the tuner does after every window (benchmarks/summary_cost.py)."""
     info = inspect_model(model_path)
     shapes = resolve_shapes(info, {})
     rng = np.random.default_rng(0)
     payloads = [{n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()} for _ in range(16)]
     pair = [ort_candidate("a", model_path, "ORT_ENABLE_ALL", "1", True),
             ort_candidate("b", model_path, "ORT_ENABLE_ALL", "1" if aa else "0", False)]
-    with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+    with EmbeddedTriton(repository=root / "repo", workdir=root / "work", metrics_args=metrics_args) as server:
         names = []
         for role, cand in zip(("a", "b"), pair, strict=True):
             assert cand.artifact is not None
@@ -75,6 +79,10 @@ def served_pair(root: Path, model_path: Path, aa: bool) -> Iterator[tuple[Send, 
                 connection.call(wire[model][i % len(payloads)])
                 if i >= discard:
                     out.append((time.monotonic() - start) * 1e3)
+            if scrape:
+                assert server.metrics_url is not None
+                with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+                    response.read()
             return out
 
         try:

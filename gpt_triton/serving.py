@@ -65,11 +65,13 @@ def serve(run: Run, candidates: Sequence[Candidate], label: str, suffix: str) ->
 def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
              measure: MeasureSpec | None = None, objective: ObjectiveSpec | None = None, seed: int = 0) -> Measurer:
     """The one way a run builds its measurer: the tuning split's inputs, the run's measure and objective
-    specs (or a stage's own), the server's metrics for the server-side breakdown, and the run's
+    specs (or a stage's own), the server's /metrics only with ``measure.scrape_metrics``, and the run's
     windows.csv, whose rows name ``stage``."""
     spec = run.spec
-    return Measurer(server.grpc_url, run.tuning.inputs, measure or spec.measure, objective or spec.objective,
-                    metrics_url=server.metrics_url, progress=advance, processes=spec.measure.client_processes,
+    measure = measure or spec.measure
+    metrics_url = server.metrics_url if measure.scrape_metrics else None
+    return Measurer(server.grpc_url, run.tuning.inputs, measure, objective or spec.objective,
+                    metrics_url=metrics_url, progress=advance, processes=spec.measure.client_processes,
                     seed=seed, http_url=server.http_url or None, on_window=run.windows.sink(stage))
 
 

@@ -2,7 +2,8 @@
 
 Latency is gated on p99 by default, read from Triton 2.51's latency summaries
 (``nv_inference_request_summary_us{quantile="0.99"}``, exported only with
-``--metrics-config summary_latencies=true``: the chart and the embedded server pass it). A summary's
+``--metrics-config summary_latencies=true``: the chart and the embedded server pass it, and Triton's
+default ``summary_quantiles`` include p99). A summary's
 quantiles cannot be aggregated across pods, so the gate takes the *worst* pod's p99 (``max``): a
 conservative bound, never an average of percentiles. Quantiles come from Triton's own sliding window,
 not from the PromQL window. ``latency="mean"`` gates on rate(duration_us) / rate(success) instead.
@@ -32,6 +33,9 @@ P99 = "0.99"
 MIN_SCRAPES_PER_WINDOW = 4
 SUMMARY_HINT = ("no Triton latency summary: start tritonserver with --metrics-config summary_latencies=true "
                 "(the chart and the embedded server do) or gate on --latency-stat mean")
+NO_P99_HINT = (f'Triton exports latency summaries but no quantile="{P99}": add {P99} to its '
+               f"--metrics-config summary_quantiles (e.g. ...,{P99}:0.001; Triton's default set, which the chart "
+               "and the embedded server keep, has it) or gate on --latency-stat mean")
 
 
 @dataclass(frozen=True)
@@ -194,12 +198,18 @@ class PromQLGates:
 
     def _no_data(self) -> str:
         where = f'namespace="{self.queries.namespace}", model="{self.model}"'
-        hint = f"; {SUMMARY_HINT}" if self.config.latency == "p99" and not self._has_summaries() else ""
-        return f"no data in the window for {where} (check --namespace, --scrape-interval){hint}"
+        hint = self._summary_hint() if self.config.latency == "p99" else ""
+        return f"no data in the window for {where} (check --namespace, --scrape-interval){'; ' + hint if hint else ''}"
 
-    def _has_summaries(self) -> bool:
-        selector = f'{{namespace="{_escape(self.queries.namespace)}", model="{_escape(self.model)}"}}'
-        return bool(self.prometheus.query(f"count(nv_inference_request_summary_us{selector})"))
+    def _summary_hint(self) -> str:
+        """Why a p99 gate may have no data: no summaries at all, or summaries without the p99 quantile
+        (a Triton started with its own ``summary_quantiles``)."""
+        selector = f'namespace="{_escape(self.queries.namespace)}", model="{_escape(self.model)}"'
+        if not self.prometheus.query(f"count(nv_inference_request_summary_us{{{selector}}})"):
+            return SUMMARY_HINT
+        if not self.prometheus.query(f'count(nv_inference_request_summary_us{{{selector}, quantile="{P99}"}})'):
+            return NO_P99_HINT
+        return ""
 
     def _upper(self, gate: str, query: str, value: float | None, threshold: float, detail: str = "") -> GateResult:
         if value is None:

@@ -79,6 +79,12 @@ class MeasureSpec(_Strict):
     # measured just before (its spinning threads, its cache footprint) slows the next one for ~20-26 ms,
     # which is not the steady traffic production sees and lands in a p99 (docs/measurement.md).
     settle_s: Annotated[float, Field(ge=0)] = 0.05
+    # Read Triton's /metrics before and after every window and keep its nv_inference_* counter deltas in
+    # report.json (the statistics API already gives every window's counts and server times). Off: a
+    # production Prometheus reads it every 15-30 s, not twice a window, and with latency summaries on,
+    # reading it after every window went with a 12-21% higher p99 than a server without either
+    # (benchmarks/summary_cost.py).
+    scrape_metrics: bool = False
     # After racing, the tie group (or the top `finalists` by point estimate) plus the baseline are judged
     # again in one interleaved run of up to `finalist_windows` windows each (default: max_windows) before selection.
     finalists: Annotated[int, Field(ge=0)] = 3  # 0: no finalist stage

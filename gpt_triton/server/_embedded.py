@@ -41,6 +41,8 @@ _PYTHON_BACKEND_CONFIG = ("python,shm-default-byte-size=16777216", "python,shm-g
 # p99 for the canary's gates and the dashboards: Triton 2.51 exports latency summaries
 # (nv_inference_request_summary_us{quantile=...}) only when asked. Its default quantiles (0.5, 0.9, 0.95,
 # 0.99, 0.999, seen on this binary) include p99; the chart passes the same flag, so tuning and serving match.
+# Keeping only p99 (summary_quantiles=0.99:0.001) did not lower the tail it reports
+# (benchmarks/summary_cost.py), so Triton's default set stays.
 SUMMARY_METRICS_ARGS = ("--metrics-config=summary_latencies=true",)
 _PR_SET_PDEATHSIG = 1
 # Triton log lines look like "E1202 18:20:00.123456 123 file.cc:42] message".
@@ -165,10 +167,12 @@ class EmbeddedTriton(TritonServer):
         log_path: Path | None = None,
         extra_args: Sequence[str] = (),
         signing_key: bool = True,
+        metrics_args: Sequence[str] = SUMMARY_METRICS_ARGS,
     ) -> None:
         """``signing_key=False``: the server does not inherit GPT_TRITON_SIGNING_KEY(_FILE). A tuning run's
         staging server serves unsigned candidates, which the adapter refuses wherever a key is set; and a
-        key is passed only to the processes that verify with it."""
+        key is passed only to the processes that verify with it. ``metrics_args``: the latency-summary
+        flags (the default is the chart's; benchmarks/summary_cost.py compares others)."""
         super().__init__()
         self.signing_key = signing_key
         self.repository = Path(repository).resolve()
@@ -176,6 +180,7 @@ class EmbeddedTriton(TritonServer):
         self._workdir_arg = Path(workdir) if workdir is not None else None
         self._log_arg = Path(log_path) if log_path is not None else None
         self.extra_args = list(extra_args)
+        self.metrics_args = list(metrics_args)
         self.log_path: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._own_workdir: Path | None = None
@@ -254,7 +259,7 @@ class EmbeddedTriton(TritonServer):
             # strict readiness would), or every later health check of the run would fail.
             "--strict-readiness=false",
             "--log-verbose=0",
-            *SUMMARY_METRICS_ARGS,
+            *self.metrics_args,
             *(f"--backend-config={c}" for c in _PYTHON_BACKEND_CONFIG),
             *self.extra_args,
         ]

@@ -8,10 +8,12 @@ import urllib.request
 
 import pytest
 from prom_fixtures import poll
-from sleepy_model import SLEEP_MS
+from sleepy_model import SLEEP_MS, write_sleepy_model
 
 from gpt_triton.canary import GateConfig, PromQLGates, TrafficLoop, TritonVersions, WeightedRouter
 from gpt_triton.canary.cli import synthetic_requests
+from gpt_triton.canary.gates import NO_P99_HINT
+from gpt_triton.server import EmbeddedTriton
 
 NS = "team-a"
 RECORDED = ("namespace_model_version:triton_request_latency_seconds:p99", "namespace_model_version:triton_queue_seconds:p99",
@@ -45,10 +47,10 @@ def test_p99_gate_reads_triton_summaries_through_prometheus(sleepy_triton, label
                                60.0, f"recording rule {name}")
                     for name in RECORDED}
     by_gate = {r.gate: r for r in results}
-    # Triton's own exposition: the summary family the gate reads, with the quantiles the server was asked for.
+    # Triton's own exposition: the summary family the gate reads, with Triton's default quantiles.
     text = scrape(sleepy_triton)
     assert re.search(r'^nv_inference_request_summary_us\{model="sleepy",version="3",quantile="0.99"\} \d', text, re.M)
-    assert 'quantile="0.95"' in text
+    assert set(re.findall(r'_summary_us\{[^}]*quantile="([0-9.]+)"', text)) == {"0.5", "0.9", "0.95", "0.99", "0.999"}
     p99_ms = by_gate["latency_ms"]
     assert 'nv_inference_request_summary_us{namespace="team-a", model="sleepy", version="3", quantile="0.99"}' \
         in p99_ms.query
@@ -81,3 +83,26 @@ def test_no_summary_is_no_data_with_a_hint(labelled_prometheus, model: str) -> N
     assert stable_ms is None
     assert [r.verdict for r in results] == ["inconclusive"] * 3
     assert "summary_latencies=true" in results[0].detail and "--latency-stat mean" in results[0].detail
+
+
+def test_summaries_without_p99_are_named_in_the_hint(tmp_path, labelled_prometheus) -> None:
+    """A Triton started with its own quantile set (here only the median) has summaries but no p99: the gate
+    has no data and says which flag is missing, rather than that summaries are off."""
+    write_sleepy_model(tmp_path / "repository")
+    median_only = ("--metrics-config=summary_latencies=true", "--metrics-config=summary_quantiles=0.5:0.05")
+    with EmbeddedTriton(tmp_path / "repository", workdir=tmp_path / "triton", metrics_args=median_only) as server:
+        versions = TritonVersions.from_repository(server.client(), server.repository, "sleepy")
+        versions.serve([1, 2])
+        prom = labelled_prometheus(triton_targets=[server.metrics_url.removeprefix("http://").removesuffix("/metrics")],
+                                   labels={"namespace": NS})
+        gates = PromQLGates(prom.client, model="sleepy", stable="1", candidate="2", window_s=4.0, namespace=NS,
+                            config=GateConfig(max_latency_ms=50.0))
+        with TrafficLoop(server.grpc_url, "sleepy", WeightedRouter("1", "2", weight=0.5, seed=0),
+                         synthetic_requests(versions.config), rate=30):
+            poll(lambda: prom.client.query(f'count(nv_inference_request_summary_us{{namespace="{NS}", model="sleepy"}})'),
+                 60.0, "Prometheus to scrape the median-only summaries")
+            results, stable_ms = gates.evaluate()
+    by_gate = {r.gate: r for r in results}
+    assert stable_ms is None
+    assert by_gate["latency_ms"].verdict == "inconclusive"
+    assert NO_P99_HINT in by_gate["latency_ms"].detail and "summary_quantiles" in NO_P99_HINT

@@ -17,6 +17,7 @@ import yaml
 from gpt_triton.core.errors import EXIT_BAD_INPUT, EXIT_NO_WINNER, EXIT_TRANSIENT
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.k8s.render import TuneJobParams, render_job
+from gpt_triton.server import SUMMARY_METRICS_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpt-triton"
@@ -146,7 +147,7 @@ def test_gpu_canary_values(helm: str) -> None:
         assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
         assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "models-rwx"
-        assert "--metrics-config=summary_latencies=true" in triton["args"] and "--log-verbose=0" in triton["args"]
+        assert set(SUMMARY_METRICS_ARGS) <= set(triton["args"]) and "--log-verbose=0" in triton["args"]
     # One Service over both tracks: the replica ratio is the traffic split the shifter controls.
     service, = _by_kind(objects, "Service")
     assert "gpt-triton.io/track" not in service["spec"]["selector"]
@@ -289,7 +290,8 @@ def test_one_triton_block_for_serving_and_tuning(helm: str) -> None:
     serving, = (d for d in _by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-stable"))
     triton = serving["spec"]["template"]["spec"]["containers"][0]
     assert sidecar["args"][3:] == triton["args"][3:]
-    assert "--metrics-config=summary_latencies=true" in sidecar["args"] and "--log-verbose=1" in sidecar["args"]
+    # The latency summaries as the embedded server keeps them: p99 only.
+    assert set(SUMMARY_METRICS_ARGS) <= set(sidecar["args"]) and "--log-verbose=1" in sidecar["args"]
     assert sidecar["resources"] == triton["resources"]
     assert triton["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
     # Guaranteed QoS by default: requests equal limits.

@@ -14,6 +14,7 @@ from gpt_triton.cli import main
 from gpt_triton.core.errors import EXIT_BAD_INPUT, EXIT_NO_WINNER, EXIT_TRANSIENT, GptTritonError
 from gpt_triton.k8s.examples import example_files
 from gpt_triton.k8s.render import TuneJobParams, dns_name, render_job, render_rbac
+from gpt_triton.server import SUMMARY_METRICS_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = ROOT / "k8s"
@@ -84,8 +85,8 @@ def test_single_job_contract() -> None:
     assert tuner["args"][tuner["args"].index("--repository") + 1] == "/data/repository/gpt-triton/NVIDIA-A100-SXM4-80GB"
     assert pod["serviceAccountName"] == "gpt-triton-tuner" and pod["automountServiceAccountToken"] is False
     assert {"name": "GPT_TRITON_GPU_PRODUCT", "value": "NVIDIA-A100-SXM4-80GB"} in tuner["env"]
-    # Triton as it serves: latency summaries, Guaranteed QoS (requests == limits).
-    assert "--metrics-config=summary_latencies=true" in sidecar["args"]
+    # Triton as it serves: latency summaries (p99 only, as the embedded server keeps them), Guaranteed QoS.
+    assert set(SUMMARY_METRICS_ARGS) <= set(sidecar["args"])
     assert sidecar["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
     assert pod["restartPolicy"] == "Never"
     for key in ("activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished"):

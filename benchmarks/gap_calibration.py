@@ -1,0 +1,91 @@
+"""Are the selection estimate's and the re-measure's intervals honest, and what would it take for the two
+to agree within 5%? (a benchmark script over finished tunes, not a test; issue 16)
+
+Issue 16 asks that a tune's selection estimate (the finalist run) lie within 5% of the separately
+re-measured gain in 4 of 5 tunes. Every tune's report.json holds both, each with a 95% interval, and
+their gap as a z score (``Gain.between_runs``: the log gap over the standard error both widths imply).
+Over many finished RUN_DIRs this prints:
+
+* each run's gap and z;
+* whether the intervals are calibrated: the sd of z (1 when they are), the count beyond 1.96 against
+  the 5% expected, the mean z (a selection bias shows as a shifted mean);
+* the observed sd of the log gap against the sd the intervals predict (their root mean square), and the
+  part of the gap no interval accounts for (the runs' own difference, e.g. each server's state);
+* what the target asks: the per-run standard error of the log gain at which |gap| <= 5% in 4 of 5
+  tunes, given that unexplained part, and how many times the present windows that takes (the standard
+  error falls as one over the square root of the windows).
+
+    .venv/bin/python benchmarks/gap_calibration.py RUN_DIR [RUN_DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpt_triton.core.records import Gain, Interval  # noqa: E402
+
+TARGET = 0.05  # |estimate / re-measure - 1|
+SHARE = 0.8  # in 4 of 5 tunes
+
+
+def log_se(interval: Interval) -> float:
+    return float((np.log(interval.high) - np.log(interval.low)) / (2 * stats.norm.ppf(0.5 + interval.level / 2)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    args = parser.parse_args()
+    gaps, zs, predicted = [], [], []
+    for run_dir in args.run_dirs:
+        path = run_dir / "report.json"
+        if not path.is_file():
+            print(f"{run_dir}: no report.json, skipped")
+            continue
+        # Only the gain is read, so reports of runs with other (or patched) specs read too.
+        raw = json.loads(path.read_text()).get("gain")
+        gain = Gain.model_validate(raw) if raw else None
+        between = gain.between_runs() if gain is not None else None
+        if gain is None or gain.selection_estimate is None or between is None:
+            print(f"{run_dir}: no selection estimate with an interval (no finalist stage), skipped")
+            continue
+        se = float(np.hypot(log_se(gain.selection_estimate), log_se(gain.ratio)))
+        gaps.append(np.log1p(between.relative))
+        zs.append(between.z)
+        predicted.append(se)
+        print(f"{run_dir.name}: estimate {gain.selection_estimate.value:.3f}, re-measured {gain.ratio.value:.3f}: "
+              f"gap {100 * between.relative:+.1f}%, z {between.z:+.2f} (se of the log gap {se:.3f})")
+    if len(zs) < 3:
+        raise SystemExit(f"{len(zs)} usable runs: at least 3 are needed")
+    z, gap, pred = np.array(zs), np.array(gaps), np.array(predicted)
+    within = int((np.abs(np.expm1(gap)) <= TARGET).sum())
+    observed = float(np.sqrt(np.mean(gap**2)))  # about 0, not about the mean: a bias counts against the target
+    expected = float(np.sqrt(np.mean(pred**2)))
+    unexplained = float(np.sqrt(max(0.0, observed**2 - expected**2)))
+    print(f"\n{len(z)} runs; |gap| <= {100 * TARGET:.0f}% in {within}")
+    print(f"z: sd {z.std(ddof=1):.2f} (1 if the intervals are calibrated), mean {z.mean():+.2f} "
+          f"(t {z.mean() / (z.std(ddof=1) / np.sqrt(z.size)):+.2f}), |z| > 1.96 in {(np.abs(z) > 1.96).sum()} "
+          f"(expected {0.05 * z.size:.1f})")
+    print(f"log gap: root mean square {observed:.3f} (mean {gap.mean():+.3f}, sd {gap.std(ddof=1):.3f}); "
+          f"the intervals predict {expected:.3f}; unexplained {unexplained:.3f}")
+    # |gap| <= TARGET with probability SHARE for a centred normal gap: its sd at most TARGET / z_(1+SHARE)/2.
+    allowed = float(np.log1p(TARGET) / stats.norm.ppf(0.5 + SHARE / 2))
+    per_run_now = expected / np.sqrt(2)
+    if unexplained >= allowed:
+        print(f"target: the gap's root mean square must be <= {allowed:.3f}; the unexplained part alone is {unexplained:.3f}: "
+              "no number of windows in one run reaches it")
+        return
+    per_run = float(np.sqrt((allowed**2 - unexplained**2) / 2))
+    print(f"target: the gap's root mean square must be <= {allowed:.3f}: each run's log-gain se <= {per_run:.3f} "
+          f"(now {per_run_now:.3f}), about {(per_run_now / per_run) ** 2:.1f}x the windows of each run")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""serving.measurer, the one builder of every stage's measurer: what it hands the Measurer from the spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from gpt_triton import serving
+from gpt_triton.core.spec import TuneSpec
+from gpt_triton.measure.window_log import WindowLog
+
+
+def _run(tmp_path: Path, spec: TuneSpec) -> SimpleNamespace:
+    inputs = [{"x": np.zeros((1, 4), np.float32)}]
+    return SimpleNamespace(spec=spec, tuning=SimpleNamespace(inputs=inputs),
+                           windows=WindowLog(tmp_path / "windows.csv", "run-1"))
+
+
+@pytest.mark.parametrize("scrape", [False, True])
+def test_metrics_are_read_around_windows_only_when_asked(tmp_path: Path, scrape: bool) -> None:
+    """A production Prometheus reads /metrics every 15-30 s; reading it twice a window is opt-in."""
+    server = SimpleNamespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", metrics_url="http://127.0.0.1:3/metrics")
+    spec = TuneSpec.model_validate({"measure": {"scrape_metrics": scrape}})
+    measurer = serving.measurer(_run(tmp_path, spec), server, lambda _m: None, "search")  # type: ignore[arg-type]
+    assert measurer.metrics_url == (server.metrics_url if scrape else None)
+    # A stage's own measure spec decides for that stage (the finalist stage passes one).
+    stage_spec = spec.measure.model_copy(update={"scrape_metrics": not scrape})
+    staged = serving.measurer(_run(tmp_path, spec), server, lambda _m: None, "finalists",  # type: ignore[arg-type]
+                              measure=stage_spec)
+    assert staged.metrics_url == (None if scrape else server.metrics_url)
