@@ -29,14 +29,11 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpt_triton.core.records import Gain, Interval  # noqa: E402
+from gpt_triton.core.measurements import log_standard_error  # noqa: E402
+from gpt_triton.core.records import Gain  # noqa: E402
 
 TARGET = 0.05  # |estimate / re-measure - 1|
 SHARE = 0.8  # in 4 of 5 tunes
-
-
-def log_se(interval: Interval) -> float:
-    return float((np.log(interval.high) - np.log(interval.low)) / (2 * stats.norm.ppf(0.5 + interval.level / 2)))
 
 
 def main() -> None:
@@ -56,7 +53,7 @@ def main() -> None:
         if gain is None or gain.selection_estimate is None or between is None:
             print(f"{run_dir}: no selection estimate with an interval (no finalist stage), skipped")
             continue
-        se = float(np.hypot(log_se(gain.selection_estimate), log_se(gain.ratio)))
+        se = float(np.hypot(log_standard_error(gain.selection_estimate), log_standard_error(gain.ratio)))
         gaps.append(np.log1p(between.relative))
         zs.append(between.z)
         predicted.append(se)

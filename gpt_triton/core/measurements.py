@@ -50,13 +50,18 @@ class RatioGap(BaseModel):
                 f"not the sampling), so read both intervals, not one point")
 
 
+def log_standard_error(interval: Interval) -> float:
+    """The standard error of the log of an interval's value, its log half-width read as the level's normal
+    quantile of standard errors (a ratio's intervals are near-symmetric on the log scale)."""
+    return float(np.log(interval.high) - np.log(interval.low)) / (2.0 * float(stats.norm.ppf(0.5 + interval.level / 2.0)))
+
+
 def ratio_gap(first: Interval, second: Interval) -> RatioGap | None:
     """How far ``first`` is from ``second`` beyond what their widths allow; None when either has a bound at
     or below 0 (no log scale) or no width (nothing to compare against)."""
     if min(first.value, first.low, second.value, second.low) <= 0:
         return None
-    ses = [(np.log(i.high) - np.log(i.low)) / (2.0 * float(stats.norm.ppf(0.5 + i.level / 2.0))) for i in (first, second)]
-    se = float(np.hypot(*ses))
+    se = float(np.hypot(log_standard_error(first), log_standard_error(second)))
     if not np.isfinite(se) or se <= 0:
         return None
     z = float(np.log(first.value / second.value)) / se

@@ -290,7 +290,7 @@ def test_one_triton_block_for_serving_and_tuning(helm: str) -> None:
     serving, = (d for d in _by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-stable"))
     triton = serving["spec"]["template"]["spec"]["containers"][0]
     assert sidecar["args"][3:] == triton["args"][3:]
-    # The latency summaries as the embedded server keeps them: p99 only.
+    # The latency summaries as the embedded server asks for them.
     assert set(SUMMARY_METRICS_ARGS) <= set(sidecar["args"]) and "--log-verbose=1" in sidecar["args"]
     assert sidecar["resources"] == triton["resources"]
     assert triton["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"

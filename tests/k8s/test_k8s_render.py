@@ -85,7 +85,7 @@ def test_single_job_contract() -> None:
     assert tuner["args"][tuner["args"].index("--repository") + 1] == "/data/repository/gpt-triton/NVIDIA-A100-SXM4-80GB"
     assert pod["serviceAccountName"] == "gpt-triton-tuner" and pod["automountServiceAccountToken"] is False
     assert {"name": "GPT_TRITON_GPU_PRODUCT", "value": "NVIDIA-A100-SXM4-80GB"} in tuner["env"]
-    # Triton as it serves: latency summaries (p99 only, as the embedded server keeps them), Guaranteed QoS.
+    # Triton as it serves: latency summaries (as the embedded server asks for them), Guaranteed QoS.
     assert set(SUMMARY_METRICS_ARGS) <= set(sidecar["args"])
     assert sidecar["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
     assert pod["restartPolicy"] == "Never"
