@@ -14,6 +14,10 @@ Over many finished RUN_DIRs this prints:
 * what the target asks: the per-run standard error of the log gain at which |gap| <= 5% in 4 of 5
   tunes, given that unexplained part, and how many times the present windows that takes (the standard
   error falls as one over the square root of the windows).
+* for runs re-measured on several servers (``measure.remeasure_servers``): each server's ratio, and over
+  all such runs whether the servers differ beyond their own intervals (Cochran's Q summed against
+  chi-square) and the between-server sd of the log gain (the moment estimate pooled over the runs, which
+  a single run's two or three servers give only roughly).
 
     .venv/bin/python benchmarks/gap_calibration.py RUN_DIR [RUN_DIR ...]
 """
@@ -29,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpt_triton.core.measurements import log_standard_error  # noqa: E402
+from gpt_triton.core.measurements import ServerSpread, log_standard_error  # noqa: E402
 from gpt_triton.core.records import Gain  # noqa: E402
 
 TARGET = 0.05  # |estimate / re-measure - 1|
@@ -41,6 +45,7 @@ def main() -> None:
     parser.add_argument("run_dirs", nargs="+", type=Path)
     args = parser.parse_args()
     gaps, zs, predicted = [], [], []
+    spreads: list[ServerSpread] = []
     for run_dir in args.run_dirs:
         path = run_dir / "report.json"
         if not path.is_file():
@@ -59,6 +64,9 @@ def main() -> None:
         predicted.append(se)
         print(f"{run_dir.name}: estimate {gain.selection_estimate.value:.3f}, re-measured {gain.ratio.value:.3f}: "
               f"gap {100 * between.relative:+.1f}%, z {between.z:+.2f} (se of the log gap {se:.3f})")
+        if gain.servers is not None:
+            spreads.append(gain.servers)
+            print(f"    {gain.servers.describe()}")
     if len(zs) < 3:
         raise SystemExit(f"{len(zs)} usable runs: at least 3 are needed")
     z, gap, pred = np.array(zs), np.array(gaps), np.array(predicted)
@@ -72,6 +80,8 @@ def main() -> None:
           f"(expected {0.05 * z.size:.1f})")
     print(f"log gap: root mean square {observed:.3f} (mean {gap.mean():+.3f}, sd {gap.std(ddof=1):.3f}); "
           f"the intervals predict {expected:.3f}; unexplained {unexplained:.3f}")
+    if spreads:
+        between_servers_summary(spreads)
     # |gap| <= TARGET with probability SHARE for a centred normal gap: its sd at most TARGET / z_(1+SHARE)/2.
     allowed = float(np.log1p(TARGET) / stats.norm.ppf(0.5 + SHARE / 2))
     per_run_now = expected / np.sqrt(2)
@@ -82,6 +92,21 @@ def main() -> None:
     per_run = float(np.sqrt((allowed**2 - unexplained**2) / 2))
     print(f"target: the gap's root mean square must be <= {allowed:.3f}: each run's log-gain se <= {per_run:.3f} "
           f"(now {per_run_now:.3f}), about {(per_run_now / per_run) ** 2:.1f}x the windows of each run")
+
+
+def between_servers_summary(spreads: list[ServerSpread]) -> None:
+    """Over runs re-measured on several servers: do servers differ beyond their intervals, and by how much?"""
+    q = sum(sp.q for sp in spreads)
+    df = sum(len(sp.servers) - 1 for sp in spreads)
+    # DerSimonian-Laird's moment estimate per run, unclipped, averaged: one run's is rough, many runs' less so.
+    moments = []
+    for sp in spreads:
+        w = 1.0 / np.maximum([log_standard_error(r) ** 2 for r in sp.servers], 1e-12)
+        moments.append((sp.q - (len(sp.servers) - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
+    tau2 = float(np.mean(moments))
+    print(f"between servers ({len(spreads)} runs, {sum(len(sp.servers) for sp in spreads)} servers): Q {q:.1f} on {df} df "
+          f"(p {stats.chi2.sf(q, df):.2g}); between-server sd of the log gain {np.sqrt(max(tau2, 0.0)):.3f} "
+          f"(moment estimate {tau2:+.4f}, se {np.std(moments, ddof=1) / np.sqrt(len(moments)) if len(moments) > 1 else float('nan'):.4f})")
 
 
 if __name__ == "__main__":

@@ -96,9 +96,13 @@ class TimeBudget:
         """The held-out acceptance's least cost: a fresh server and two candidates loaded."""
         return self.step_s(HELDOUT_CANDIDATES, 0)
 
+    def remeasure_server_s(self, more: Sequence[float] = ()) -> float:
+        """The least one re-measure server costs (its ``remeasure_windows`` always run)."""
+        return self.step_s(REMEASURE_CANDIDATES, self.spec.measure.remeasure_windows, more)
+
     def remeasure_s(self, more: Sequence[float] = ()) -> float:
-        """The re-measure's and the held-out acceptance's least cost (the re-measure's windows always run)."""
-        return self.step_s(REMEASURE_CANDIDATES, self.spec.measure.remeasure_windows, more) + self.heldout_s()
+        """The re-measure's (on every one of its servers) and the held-out acceptance's least cost."""
+        return self.spec.measure.remeasure_servers * self.remeasure_server_s(more) + self.heldout_s()
 
     def after_search_s(self, measured: int, more: Sequence[float] = ()) -> float:
         """The least the stages after the search cost: the finalists, the re-measure, the held-out acceptance."""

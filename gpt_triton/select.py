@@ -11,21 +11,18 @@ over a more exact or cheaper candidate.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from gpt_triton.core.measurements import Interval, ObjectiveContrasts, pooled_contrasts
+from gpt_triton.core.measurements import Interval, ObjectiveContrasts, between_servers, pooled_contrasts
 from gpt_triton.core.naming import named
 from gpt_triton.core.objective import objective_interval
 from gpt_triton.core.records import Candidate, Gain
-from gpt_triton.core.spec import ObjectiveSpec
+from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.quantiles import requests_needed
+from gpt_triton.measure.runs import RemeasureResult, remeasure_result
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
-
-if TYPE_CHECKING:
-    from gpt_triton.measure.runs import RemeasureResult
 
 
 class Selection(BaseModel):
@@ -224,25 +221,19 @@ def gain(
     resamples: int = 2000,
     selection_estimate_ratio: float | None = None,
     selection_estimate: Interval | None = None,
+    ratio: Interval | None = None,
 ) -> Gain:
     """The re-measured gain (>1: the winner is better) with a bootstrap interval over the separate run
-    (two-stage over windows when each side has at least 3, so drift between windows counts).
+    (two-stage over windows when each side has at least 3, so drift between windows counts), or with
+    ``ratio`` when the caller has it (pooled over servers: :func:`gain_over_servers`).
 
     ``significant`` is True only when the interval lies entirely above 1.0 - a winner measurably
     *slower* than the baseline is not a significant gain.
     """
-    if objective.metric == "throughput":
-        b_tp = [w.throughput for w in baseline.stats.windows]
-        w_tp = [w.throughput for w in winner.stats.windows]
-        ratio = ratio_interval(w_tp, b_tp, "mean", level, resamples)  # winner / baseline
-        metric, fn = "throughput", statistic_fn("p99")
-    else:
-        if len(baseline.window_latencies_ms) >= 3 and len(winner.window_latencies_ms) >= 3:
-            ratio = window_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
-                                          objective.metric, level, resamples)
-        else:
-            ratio = ratio_interval(baseline.latencies_ms, winner.latencies_ms, objective.metric, level, resamples)
-        metric, fn = objective.metric, statistic_fn(objective.metric)
+    metric = objective.metric
+    fn = statistic_fn("p99" if metric == "throughput" else metric)  # Gain's *_ms are p99s for a throughput objective
+    if ratio is None:
+        ratio = _ratio(baseline, winner, objective, level, resamples)
 
     def point(samples: np.ndarray) -> float:
         return float(fn(samples, axis=-1)) if samples.size else 0.0
@@ -252,3 +243,42 @@ def gain(
         selection_estimate_ratio=selection_estimate_ratio, selection_estimate=selection_estimate,
         significant=ratio.low > 1.0,
     )
+
+
+def _ratio(baseline: RemeasureResult, winner: RemeasureResult, objective: ObjectiveSpec, level: float,
+           resamples: int) -> Interval:
+    if objective.metric == "throughput":
+        b_tp = [w.throughput for w in baseline.stats.windows]
+        w_tp = [w.throughput for w in winner.stats.windows]
+        return ratio_interval(w_tp, b_tp, "mean", level, resamples)  # winner / baseline
+    if len(baseline.window_latencies_ms) >= 3 and len(winner.window_latencies_ms) >= 3:
+        return window_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
+                                     objective.metric, level, resamples)
+    return ratio_interval(baseline.latencies_ms, winner.latencies_ms, objective.metric, level, resamples)
+
+
+def gain_over_servers(
+    per_server: Sequence[tuple[RemeasureResult, RemeasureResult]],
+    objective: ObjectiveSpec,
+    measure: MeasureSpec,
+    selection_estimate_ratio: float | None = None,
+    selection_estimate: Interval | None = None,
+) -> Gain:
+    """The re-measured gain from one or more servers' (baseline, winner) re-measures. One server: :func:`gain`
+    on its run. Several: the stats and the point figures over every server's windows, and the ratio pooled
+    over the servers' own intervals with their spread (:func:`between_servers`), kept in ``Gain.servers``."""
+    if not per_server:
+        raise ValueError("gain_over_servers needs at least one server's re-measure")
+    level, resamples = measure.confidence, measure.bootstrap_resamples
+    if len(per_server) == 1:
+        baseline, winner = per_server[0]
+        found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate)
+    else:
+        load = per_server[0][0].stats.load
+        baseline, winner = (remeasure_result(load, [s for pair in per_server for s in pair[side].samples], measure, 0)
+                            for side in (0, 1))
+        ratio, spread = between_servers([_ratio(b, w, objective, level, resamples) for b, w in per_server], level)
+        found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate, ratio)
+        found.servers = spread
+    found.remeasured_baseline, found.remeasured_winner = baseline.stats, winner.stats
+    return found

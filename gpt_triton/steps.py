@@ -21,8 +21,9 @@ from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
 from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
+from gpt_triton.measure.runs import RemeasureResult
 from gpt_triton.run import Run
-from gpt_triton.select import Selection, after_refinement, gain, select, select_finalists
+from gpt_triton.select import Selection, after_refinement, gain_over_servers, select, select_finalists
 from gpt_triton.serving import measurer, serve
 
 
@@ -143,7 +144,9 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
 def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None,
               estimate: float | None = None, estimate_interval: Interval | None = None) -> Gain | None:
     """Winner (and runner-up) against the baseline on a fresh server, interleaved, with fresh seeds: the
-    gain and its interval come from this run, not from the windows that selected the winner.
+    gain and its interval come from this run, not from the windows that selected the winner. With
+    ``measure.remeasure_servers`` > 1 the whole re-measure runs on that many fresh servers in turn and the
+    gain is pooled over them, their spread in its interval (:func:`gain_over_servers`).
     ``estimate`` is what selection believed (baseline / winner objective; the finalist run's when it ran),
     reported beside the re-measured gain; default: from the candidates' search figures. With its
     ``estimate_interval`` (the finalist run's refined pair) the log says whether the two runs' gap is
@@ -152,28 +155,43 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     contenders = [winner, baseline]
     if runner_up is not None and runner_up.id not in (winner.id, baseline.id):
         contenders.insert(1, runner_up)
-    with serve(run, contenders, "remeasure", "_r") as (server, loaded):
-        if len(loaded) != len(contenders):
-            return None
-        with run.progress.bar(f"re-measuring {len(contenders)} candidates (windows)", None) as advance:
-            notes: list[str] = []
-            deadline = run.budget.deadline(keep_s=run.budget.heldout_s())
-            results = measurer(run, server, advance, "remeasure").remeasure(contenders, (baseline.id, winner.id), notes, deadline)
-    for line in notes:
-        run.decide(line)
+    servers = spec.measure.remeasure_servers
+    # Each server's pair to sqrt(servers) times the target: pooled, about the target (when they agree).
+    stage = spec.measure.model_copy(update={"gain_precision": spec.measure.gain_precision * math.sqrt(servers)})
+    per_server: list[dict[str, RemeasureResult]] = []
+    if servers > 1 and run.options.triton_url:
+        run.decide(f"re-measure: {servers} repetitions on the server at --triton-url, which is not restarted between "
+                   "them: their spread is between loads of the models, not between servers")
+    for index in range(servers):
+        label, suffix = ("remeasure", "_r") if index == 0 else (f"remeasure-{index + 1}", f"_r{index + 1}")
+        with serve(run, contenders, label, suffix) as (server, loaded):
+            if len(loaded) != len(contenders):
+                return None
+            title = "re-measuring" + (f" on server {index + 1} of {servers}" if servers > 1 else "")
+            with run.progress.bar(f"{title}: {len(contenders)} candidates (windows)", None) as advance:
+                notes: list[str] = []
+                # An equal share of what is left for each server still to run, after the others' least cost.
+                later = (servers - 1 - index) * run.budget.remeasure_server_s()
+                deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
+                per_server.append(measurer(run, server, advance, label, stage).remeasure(
+                    contenders, (baseline.id, winner.id), notes, deadline))
+        for line in notes:
+            run.decide(line if servers == 1 else f"server {index + 1} of {servers}: {line}")
     win_value = objective_value(winner.latency, spec.objective)
     base_value = objective_value(baseline.latency, spec.objective)
     if estimate is None:
         estimate = base_value / win_value if win_value and base_value else None
-    found = gain(results[baseline.id], results[winner.id], spec.objective, spec.measure.confidence,
-                 spec.measure.bootstrap_resamples, estimate, estimate_interval)
-    found.remeasured_baseline = results[baseline.id].stats
-    found.remeasured_winner = results[winner.id].stats
+    found = gain_over_servers([(results[baseline.id], results[winner.id]) for results in per_server],
+                              spec.objective, spec.measure, estimate, estimate_interval)
+    where = "a fresh server" if servers == 1 else f"{servers} fresh servers"
     run.decide(
-        f"re-measured on a fresh server, interleaved: baseline/winner {found.metric} ratio {found.ratio.value:.3f} "
+        f"re-measured on {where}, interleaved: baseline/winner {found.metric} ratio {found.ratio.value:.3f} "
         f"[{found.ratio.low:.3f}, {found.ratio.high:.3f}] (selection estimated {found.selection_estimate_ratio or float('nan'):.3f}); "
-        f"on {found.remeasured_baseline.requests} baseline and {found.remeasured_winner.requests} winner requests"
+        f"on {sum(r[baseline.id].stats.requests for r in per_server)} baseline and "
+        f"{sum(r[winner.id].stats.requests for r in per_server)} winner requests"
     )
+    if found.servers is not None:
+        run.decide(f"re-measure over servers: {found.servers.describe()}")
     if (between := found.between_runs()) is not None:
         run.decide(f"re-measure against the finalist run's estimate: {between.describe()}")
     return found

@@ -60,9 +60,12 @@ def environment() -> dict[str, str]:
 def spec_digest(spec: TuneSpec) -> str:
     """Digest of the spec sections that change what a recorded build or score means.
 
-    ``search`` is left out on purpose: raising max_builds or switching mode must be able to resume.
+    ``search`` is left out on purpose: raising max_builds or switching mode must be able to resume. So is
+    ``measure.remeasure_servers``: it changes only the re-measure after the search, which always runs again
+    (and a cache written before the field existed keeps its digest).
     """
-    relevant = spec.model_dump(mode="json", include={"families", "measure", "objective", "accuracy"})
+    relevant = spec.model_dump(mode="json", include={"families", "measure", "objective", "accuracy"},
+                               exclude={"measure": {"remeasure_servers"}})
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

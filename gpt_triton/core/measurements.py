@@ -68,6 +68,62 @@ def ratio_gap(first: Interval, second: Interval) -> RatioGap | None:
     return RatioGap(relative=first.value / second.value - 1.0, z=z, agree=abs(z) <= float(stats.norm.ppf(0.975)))
 
 
+class ServerSpread(BaseModel):
+    """One ratio measured on several fresh servers: each server's interval and how far they differ.
+
+    A server's own interval counts the noise inside its run (windows, requests); a second server adds its
+    own state (where its threads and memory landed, what the machine did meanwhile), which no window of
+    the first can show. Over 22 tunes on a shared 2-core machine that part was a log sd of about 0.05 per
+    run, beside 0.09 inside a run (benchmarks/gap_calibration.py)."""
+
+    servers: list[Interval]  # each server's own ratio interval, in the order run
+    between_sd: float  # the between-server sd of the log ratio (DerSimonian-Laird); 0 when within the noise
+    q: float  # Cochran's Q: the servers' spread against their own intervals
+    p_value: float  # Q against chi-square with k-1 degrees of freedom: small, they differ beyond their intervals
+
+    def describe(self) -> str:
+        each = ", ".join(f"{r.value:.3f} [{r.low:.3f}, {r.high:.3f}]" for r in self.servers)
+        test = f"Q {self.q:.2f} on {len(self.servers) - 1} df, p {self.p_value:.2g}"
+        if self.between_sd > 0:
+            spread = (f"they spread more than their own intervals account for ({test}): a between-server sd of "
+                      f"{100 * self.between_sd:.1f}% in the log is added to the interval")
+        else:
+            spread = f"their spread is within their own intervals ({test})"
+        return f"{len(self.servers)} servers: {each}; {spread}"
+
+
+def between_servers(per_server: Sequence[Interval], level: float = 0.95) -> tuple[Interval, ServerSpread]:
+    """Pool one ratio's intervals from independent servers: a random-effects mean on the log scale.
+
+    Each server's log ratio has the standard error its interval implies (:func:`log_standard_error`); the
+    between-server variance is DerSimonian-Laird's moment estimate (0 when the servers agree within their
+    own noise), and every server is weighted by one over its own variance plus it. The interval is the
+    normal one on that mean: with few servers the between-server variance is itself rough (two servers
+    give it one degree of freedom), which is why :class:`ServerSpread` keeps each server's interval.
+    Raises ValueError for no interval or a bound at or below 0 (a ratio has no log scale there)."""
+    if not per_server:
+        raise ValueError("between_servers needs at least one server's interval")
+    if min(min(r.value, r.low) for r in per_server) <= 0:
+        raise ValueError("between_servers needs positive ratios and bounds (they are pooled on the log scale)")
+    y = np.log([r.value for r in per_server])
+    # A zero-width interval (every window identical) would take all the weight: floor it far below any real one.
+    var = np.maximum([log_standard_error(r) ** 2 for r in per_server], 1e-12)
+    w = 1.0 / var
+    mean_fixed = float(np.sum(w * y) / np.sum(w))
+    q = float(np.sum(w * (y - mean_fixed) ** 2))
+    k = len(per_server)
+    tau2 = 0.0
+    if k > 1:
+        tau2 = max(0.0, (q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
+    w_random = 1.0 / (var + tau2)
+    mean = float(np.sum(w_random * y) / np.sum(w_random))
+    half = float(stats.norm.ppf(0.5 + level / 2.0)) / float(np.sqrt(np.sum(w_random)))
+    pooled = Interval(value=float(np.exp(mean)), low=float(np.exp(mean - half)), high=float(np.exp(mean + half)),
+                      level=level)
+    p_value = float(stats.chi2.sf(q, k - 1)) if k > 1 else 1.0
+    return pooled, ServerSpread(servers=list(per_server), between_sd=float(np.sqrt(tau2)), q=q, p_value=p_value)
+
+
 class ServerBreakdown(BaseModel):
     """Mean per-request server-side times (ms) from Triton's statistics API deltas."""
 

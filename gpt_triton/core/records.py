@@ -16,6 +16,7 @@ from gpt_triton.core.measurements import (
     LatencyStats,
     ObjectiveContrasts,
     RatioGap,
+    ServerSpread,
     ratio_gap,
 )
 from gpt_triton.core.model_info import ModelInfo
@@ -83,6 +84,9 @@ class Gain(BaseModel):
     # The separate re-measurement's own stats (windows, intervals), for the report's re-measurement plot.
     remeasured_baseline: LatencyStats | None = None
     remeasured_winner: LatencyStats | None = None
+    # With measure.remeasure_servers > 1: each server's own ratio and their spread; ``ratio`` is then pooled
+    # over them (core.measurements.between_servers), the stats above over every server's windows.
+    servers: ServerSpread | None = None
 
     def between_runs(self) -> RatioGap | None:
         """The selection estimate against this re-measure, when the finalist run gave it an interval."""

@@ -95,6 +95,12 @@ class MeasureSpec(_Strict):
     # a gain is claimed at a known width (gpt_triton/measure/gain_precision.py). 0: no extension.
     gain_precision: Annotated[float, Field(ge=0, lt=1)] = 0.03
     gain_max_windows: Annotated[int, Field(ge=3)] = 24
+    # Fresh servers the re-measure runs on, one after another, each a whole re-measure (its windows, then the
+    # pair to gain_precision * sqrt(servers), so that the pooled ratio is known to about gain_precision). One
+    # server's interval cannot show what differs between servers (their state, the machine meanwhile); with
+    # 2 or more the gain is pooled over them with that spread in its interval (core.measurements.between_servers),
+    # at about that many times the re-measure's cost.
+    remeasure_servers: Annotated[int, Field(ge=1, le=8)] = 1
 
     @model_validator(mode="after")
     def _window_counts(self) -> MeasureSpec:

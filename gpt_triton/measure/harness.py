@@ -39,10 +39,10 @@ from gpt_triton.measure.racing import (
     race_round,
     window_log_stat,
 )
-from gpt_triton.measure.runs import LoadRun, MeasureRun, RemeasureResult, dedupe_key
+from gpt_triton.measure.runs import LoadRun, MeasureRun, RemeasureResult, dedupe_key, remeasure_result
 from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.window_log import WindowSink
-from gpt_triton.measure.windows import is_stable, pooled_latencies, summarise
+from gpt_triton.measure.windows import is_stable, summarise
 
 RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
 
@@ -426,10 +426,4 @@ class Measurer:
         load = self.spec.loads[self.objective.load_index]
         if pair is not None:
             self._extend(run, candidates, pair, log if log is not None else [], "re-measure", deadline)
-        out = {}
-        for cid, samples in run.samples.items():
-            stats = summarise(load, samples, self.spec.stability, self.spec.confidence,
-                              self.spec.bootstrap_resamples, self.seed)
-            out[cid] = RemeasureResult(stats=stats, latencies_ms=pooled_latencies(samples),
-                                       window_latencies_ms=[s.latencies_ms for s in samples])
-        return out
+        return {cid: remeasure_result(load, samples, self.spec, self.seed) for cid, samples in run.samples.items()}

@@ -4,16 +4,19 @@ outcomes and evidence, a re-measured candidate, and which candidates serve ident
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gpt_triton.core.measurements import LatencyStats, ObjectiveContrasts
+from gpt_triton.core.measurements import LatencyStats, LoadProfile, ObjectiveContrasts
 from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
+from gpt_triton.core.spec import MeasureSpec
 from gpt_triton.measure.loadgen import WindowSample
 from gpt_triton.measure.racing import RaceWindow
+from gpt_triton.measure.windows import pooled_latencies, summarise
 
 
 @dataclass
@@ -21,6 +24,14 @@ class RemeasureResult:
     stats: LatencyStats
     latencies_ms: np.ndarray  # pooled over the re-measure windows
     window_latencies_ms: list[np.ndarray] = field(default_factory=list)  # per window, for the two-stage gain CI
+    samples: list[WindowSample] = field(default_factory=list)  # the windows themselves, to pool runs over servers
+
+
+def remeasure_result(load: LoadProfile, samples: Sequence[WindowSample], spec: MeasureSpec, seed: int) -> RemeasureResult:
+    """A candidate's re-measure from its windows (one server's, or every server's pooled)."""
+    stats = summarise(load, samples, spec.stability, spec.confidence, spec.bootstrap_resamples, seed)
+    return RemeasureResult(stats=stats, latencies_ms=pooled_latencies(samples),
+                           window_latencies_ms=[s.latencies_ms for s in samples], samples=list(samples))
 
 
 @dataclass

@@ -52,6 +52,8 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
                      f"(winner's curse {gain.selection_estimate_ratio - r.value:+.3f})")
             if (between := gain.between_runs()) is not None:
                 text += f": {between.describe()}"
+        if gain.servers is not None:
+            text += f"; pooled over {gain.servers.describe()}"
         lines.append(("re-measured gain", text))
     else:
         lines.append(("re-measured gain", "not measured"))

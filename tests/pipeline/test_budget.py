@@ -82,6 +82,11 @@ def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
     assert off.finalists_s(10) == 0.0 and off.search_reserve_s(10) == pytest.approx(345)
     assert budget.plan_note(10).endswith("need at least 649 s (planned from a 13 s objective window, 10 s to start "
                                          "and stop a server, 2 s to load and unload a candidate)")
+    # Re-measured on three servers: each one's least cost, three times, before the held-out acceptance.
+    three = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"remeasure_servers": 3})}),
+                       window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
+    assert three.remeasure_server_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13))
+    assert three.remeasure_s() == pytest.approx(3 * (10 + 3 * (2 + 1 + 8 * 13)) + 14)
     budget.observe_server_stop(5.0)
     budget.observe_unloads(3.0, 3)
     assert budget.heldout_s() == pytest.approx(15 + 2 * 3)

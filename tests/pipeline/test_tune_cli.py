@@ -282,13 +282,19 @@ def test_bad_spec(tmp_path: Path) -> None:
 def test_tune_against_an_existing_server_uses_it_and_leaves_it_running(tmp_path: Path, triton_server) -> None:  # type: ignore[no-untyped-def]
     """--triton-url: candidates are uploaded through the model-repository API; the server is not ours to stop."""
     model = build_tiny_mlp(tmp_path / "tiny.onnx")
-    spec_path = _write_spec(tmp_path, tiny_spec(finalists=False))  # the re-measure and held-out steps load theirs
+    spec = tiny_spec(finalists=False)  # the re-measure and held-out steps load theirs
+    spec["measure"]["remeasure_servers"] = 2  # twice on the one server, which is never restarted
+    spec_path = _write_spec(tmp_path, spec)
     repo, out = tmp_path / "repo", tmp_path / "run"
     code = main(["tune", str(model), "--spec", str(spec_path), "--repository", str(repo), "--out", str(out),
                  "--triton-url", triton_server.grpc_url, "--model-name", "tiny_remote"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     assert report["triton_mode"] == "remote" and report["status"] == "done"
+    if report["gain"] is not None:  # the selection picked a candidate, not the baseline: it was re-measured
+        assert any(d.startswith("re-measure: 2 repetitions on the server at --triton-url, which is not restarted")
+                   for d in report["decisions"])
+        assert len(report["gain"]["servers"]["servers"]) == 2
     assert triton_server.client().is_server_live(), "a server given by --triton-url must keep running"
     loaded = {m.name for m in triton_server.client().get_model_repository_index().models if m.state == "READY"}
     assert not any(name.startswith("c_") for name in loaded), f"candidates left loaded: {loaded}"

@@ -107,7 +107,9 @@ def test_the_estimate_and_the_re_measure_are_judged_against_both_widths() -> Non
     # The JSON summary carries the estimate's interval and the verdict.
     summary = run_summary(make_report(winner_id="c04", selected_id="c04", gain=narrow))["gain"]
     assert (summary["selection_estimate_low"], summary["selection_estimate_high"], summary["runs_agree"]) == (1.34, 1.38, False)
-    assert run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]["runs_agree"] is True
+    one_server = run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]
+    assert one_server["runs_agree"] is True
+    assert (one_server["servers"], one_server["between_server_sd"]) == (1, None)  # measure.remeasure_servers 1
 
 
 def test_verdict_panel_contents(report: RunReport) -> None:
