@@ -38,7 +38,9 @@ from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows  # noqa: E4
 
 
 def _stage(row: dict) -> str:
-    return "remeasure" if row["stage"].startswith("remeasure") else row["stage"]
+    """The stage a window belongs to: a re-measure's further servers are the re-measure's, the finalist stage's
+    pair server (``finalists-pair``, where the estimate is measured) the finalist stage's."""
+    return next((stage for stage in ("remeasure", "finalists") if row["stage"].startswith(stage)), row["stage"])
 
 
 def _before(rows: list[dict], i: int, pair: dict[str, str]) -> str:

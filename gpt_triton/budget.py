@@ -87,10 +87,13 @@ class TimeBudget:
         return self.server_s() + candidates * per_candidate
 
     def finalists_s(self, measured: int, more: Sequence[float] = ()) -> float:
-        """The finalist stage's least cost: up to ``max_finalists`` contenders and the baseline, ``min_windows`` each."""
+        """The finalist stage's least cost: up to ``max_finalists`` contenders and the baseline, ``min_windows``
+        each, then (with ``gain_precision``) the selected pair on a server of its own, ``min_windows`` each."""
         m = self.spec.measure
-        group = min(m.max_finalists, measured) + 1
-        return self.step_s(group, m.min_windows, more) if m.finalists > 0 and measured > 1 else 0.0
+        if m.finalists <= 0 or measured <= 1:
+            return 0.0
+        pair = self.step_s(2, m.min_windows, more) if m.gain_precision > 0 else 0.0
+        return self.step_s(min(m.max_finalists, measured) + 1, m.min_windows, more) + pair
 
     def heldout_s(self) -> float:
         """The held-out acceptance's least cost: a fresh server and two candidates loaded."""

@@ -297,12 +297,15 @@ class Measurer:
         self._say(log, precision_note(doing, pair, found, target, stopped_by))
         return found
 
-    def refine(self, candidates: Sequence[Candidate], pair: tuple[str, str], samples: dict[str, list[WindowSample]],
-               log: list[str], doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
-        """Continue a run's ``objective_samples`` with ``pair`` = (baseline, selected) as :meth:`_until_precise`
-        does; None when the rule does not apply."""
-        return self._extend(LoadRun(samples={cid: list(samples.get(cid, [])) for cid in pair}), candidates, pair, log,
-                            doing, deadline)
+    def measure_pair(self, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
+                     doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
+        """``pair`` = (baseline, selected) alone: warm-ups and ``min_windows`` alternating rounds with fresh
+        seeds, then on until their ratio is known (:meth:`_until_precise`); None, measuring nothing, when the
+        rule does not apply (``gain_precision`` 0, a throughput objective)."""
+        if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
+            return None
+        run = self._separate_run([c for c in candidates if c.id in pair], self.spec.min_windows, False, doing)
+        return self._extend(run, candidates, pair, log, doing, deadline)
 
     def _extend(self, run: LoadRun, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
                 doing: str, deadline: float | None) -> GainPrecision | None:

@@ -276,26 +276,26 @@ def test_every_counted_window_is_reported_as_it_ends(delay_models: EmbeddedTrito
 
 
 @pytest.mark.slow
-def test_refine_continues_a_run_with_the_selected_pair(delay_models: EmbeddedTriton, requests_x: list) -> None:
+def test_measure_pair_measures_the_selected_pair_alone(delay_models: EmbeddedTriton, requests_x: list) -> None:
     base, fast, slow = cand("base", "measure_slow20"), cand("fast", "measure_fast"), cand("slow", "measure_slow30")
     base.is_baseline = True
     kw = dict(warmup_s=0.0, window_s=0.1, min_windows=3, max_windows=3, racing=False, gain_precision=1e-6,
               gain_max_windows=5)
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw), ObjectiveSpec(metric="p50"))
-    run = m.measure([base, fast, slow], until_separated=True)
-    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"base": 3, "fast": 3, "slow": 3}
-    before = m.windows_run
     notes: list[str] = []
-    found = m.refine([base, fast, slow], ("base", "fast"), run.objective_samples, notes)
-    assert m.windows_run - before == 4  # two more rounds of the pair only, up to gain_max_windows 5 each
+    found = m.measure_pair([base, fast, slow], ("base", "fast"), notes)
+    # min_windows 3 rounds of the pair (no warm-ups: warmup_s 0), then two more rounds up to gain_max_windows
+    # 5 each; the third candidate is never measured.
+    assert m.windows_run == 3 * 2 + 2 * 2
+    assert {cid for cid, _ in m.window_order} == {"base", "fast"}
     assert found is not None and found.windows == 5 and not found.reached
-    assert found.ratio.low > 5  # 20 ms against ~0: pooled over the run's windows and the new ones
+    assert found.ratio.low > 5  # 20 ms against ~0
     assert len(notes) == 1 and notes[0].startswith("finalists: base/fast ratio") and "NOT reached" in notes[0]
-    assert m.refine([base, fast], ("base", "fast"), run.objective_samples, [], "x") is not None
+    assert m.measure_pair([base, fast], ("base", "fast"), [], "x") is not None
     off = Measurer(delay_models.grpc_url, requests_x, spec(**dict(kw, gain_precision=0)), ObjectiveSpec(metric="p50"))
-    assert off.refine([base, fast], ("base", "fast"), run.objective_samples, []) is None and off.windows_run == 0
+    assert off.measure_pair([base, fast], ("base", "fast"), []) is None and off.windows_run == 0  # nothing measured
     with pytest.raises(GptTritonError, match="slow is not deployed"):
-        m.refine([base, slow.model_copy(update={"deploy": None})], ("base", "slow"), run.objective_samples, [])
+        m.measure_pair([base, slow.model_copy(update={"deploy": None})], ("base", "slow"), [])
 
 
 @pytest.mark.slow
@@ -318,15 +318,15 @@ def test_the_stop_rule_is_checked_on_a_geometric_schedule(delay_models: Embedded
     kw = dict(warmup_s=0.0, window_s=0.05, min_windows=3, max_windows=3, racing=False, gain_precision=1e-6,
               gain_max_windows=12)
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw), ObjectiveSpec(metric="p50"))
-    run = m.measure([base, fast], until_separated=True)
-    found = m.refine([base, fast], ("base", "fast"), run.objective_samples, [])
+    found = m.measure_pair([base, fast], ("base", "fast"), [])
     assert found is not None and found.windows == 12
     assert checked == [3, 4, 5, 7, 9, 12]
-    # Ended by the time budget between two checks: the note still reads every window.
+    # Ended by the time budget between two checks: the note still reads every window. (Only the stop
+    # rule's loop has a deadline; the pair's first min_windows rounds always run.)
     checked.clear()
     ticks = iter([False, False, False, True])
-    monkeypatch.setattr(harness, "_past", lambda deadline: next(ticks))
+    monkeypatch.setattr(harness, "_past", lambda deadline: deadline is not None and next(ticks))
     notes: list[str] = []
-    found = m.refine([base, fast], ("base", "fast"), run.objective_samples, notes, deadline=0.0)
+    found = m.measure_pair([base, fast], ("base", "fast"), notes, deadline=0.0)
     assert checked == [3, 4, 5, 6] and found is not None and found.windows == 6
     assert "after 6 windows each" in notes[0] and "NOT reached (time budget)" in notes[0]

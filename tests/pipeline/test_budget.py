@@ -69,18 +69,19 @@ def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
     budget.observe_server_start(10.0)
     budget.observe_loads(20.0, 10)
     assert budget.window_s() == 13.0
-    assert budget.finalists_s(10) == pytest.approx(10 + 7 * (2 + 1 + 3 * 13))
-    assert budget.finalists_s(2) == pytest.approx(10 + 3 * (2 + 1 + 3 * 13))  # fewer measured, fewer finalists
+    pair = 10 + 2 * (2 + 1 + 3 * 13)  # the selected pair on a server of its own (gain_precision is on)
+    assert budget.finalists_s(10) == pytest.approx(10 + 7 * (2 + 1 + 3 * 13) + pair)
+    assert budget.finalists_s(2) == pytest.approx(10 + 3 * (2 + 1 + 3 * 13) + pair)  # fewer measured, fewer finalists
     assert budget.heldout_s() == pytest.approx(10 + 2 * 2)
     assert budget.remeasure_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13) + 14)
-    assert budget.search_reserve_s(10) == pytest.approx(304 + 345)
+    assert budget.search_reserve_s(10) == pytest.approx(304 + 94 + 345)
     # A running stage's own windows count before they are observed.
     assert budget.window_s([20.0, 20.0, 20.0]) == 20.0
     # Without a finalist stage only the re-measure is kept.
     off = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"finalists": 0})}),
                      window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
     assert off.finalists_s(10) == 0.0 and off.search_reserve_s(10) == pytest.approx(345)
-    assert budget.plan_note(10).endswith("need at least 649 s (planned from a 13 s objective window, 10 s to start "
+    assert budget.plan_note(10).endswith("need at least 743 s (planned from a 13 s objective window, 10 s to start "
                                          "and stop a server, 2 s to load and unload a candidate)")
     # Re-measured on three servers: each one's least cost, three times, before the held-out acceptance.
     three = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"remeasure_servers": 3})}),

@@ -138,8 +138,11 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     rows = read_windows(out / "windows.csv")
     assert {r["run_id"] for r in rows} == {report["run_id"]}
     stages = [r["stage"] for r in rows]
-    assert stages == sorted(stages, key=["search", "finalists", "remeasure"].index), sorted(set(stages))
+    assert stages == sorted(stages, key=["search", "finalists", "finalists-pair", "remeasure"].index), sorted(set(stages))
     assert {"search", "finalists"} <= set(stages)
+    if report["selected_id"] != report["baseline_id"]:  # the estimate: the pair alone, on a server of its own
+        assert {r["candidate"] for r in rows if r["stage"] == "finalists-pair"} == {report["baseline_id"], report["selected_id"]}
+        assert (out / "triton-finalists-pair.log").is_file()
     def p99s(stage: str, cid: str) -> list[float]:
         return [float(r["p99_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]
 
