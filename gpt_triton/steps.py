@@ -197,7 +197,8 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
                 # An equal share of what is left for each server still to run, after the others' least cost.
                 later = (servers - 1 - index) * run.budget.remeasure_server_s()
                 deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
-                per_server.append(measurer(run, server, advance, label, stage).remeasure(
+                # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
+                per_server.append(measurer(run, server, advance, label, stage, seed=1_013 * index).remeasure(
                     contenders, (baseline.id, winner.id), notes, deadline))
         for line in notes:
             run.decide(line if servers == 1 else f"server {index + 1} of {servers}: {line}")
