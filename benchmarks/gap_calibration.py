@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpt_triton.core.measurements import ServerSpread, log_standard_error  # noqa: E402
+from gpt_triton.core.measurements import ServerSpread, heterogeneity, log_standard_error  # noqa: E402
 from gpt_triton.core.records import Gain  # noqa: E402
 
 TARGET = 0.05  # |estimate / re-measure - 1|
@@ -99,10 +99,7 @@ def between_servers_summary(spreads: list[ServerSpread]) -> None:
     q = sum(sp.q for sp in spreads)
     df = sum(len(sp.servers) - 1 for sp in spreads)
     # DerSimonian-Laird's moment estimate per run, unclipped, averaged: one run's is rough, many runs' less so.
-    moments = []
-    for sp in spreads:
-        w = 1.0 / np.maximum([log_standard_error(r) ** 2 for r in sp.servers], 1e-12)
-        moments.append((sp.q - (len(sp.servers) - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
+    moments = [heterogeneity(sp.servers)[1] for sp in spreads]
     tau2 = float(np.mean(moments))
     print(f"between servers ({len(spreads)} runs, {sum(len(sp.servers) for sp in spreads)} servers): Q {q:.1f} on {df} df "
           f"(p {stats.chi2.sf(q, df):.2g}); between-server sd of the log gain {np.sqrt(max(tau2, 0.0)):.3f} "

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpt_triton.core.spec import TuneSpec
+from gpt_triton.measure.gain_precision import rule_applies
 
 # Candidates in the re-measure: the winner, the baseline and the runner-up.
 REMEASURE_CANDIDATES = 3
@@ -92,7 +93,7 @@ class TimeBudget:
         m = self.spec.measure
         if m.finalists <= 0 or measured <= 1:
             return 0.0
-        pair = self.step_s(2, m.min_windows, more) if m.gain_precision > 0 else 0.0
+        pair = self.step_s(2, m.min_windows, more) if rule_applies(m.gain_precision, self.spec.objective.metric) else 0.0
         return self.step_s(min(m.max_finalists, measured) + 1, m.min_windows, more) + pair
 
     def heldout_s(self) -> float:

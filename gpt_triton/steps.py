@@ -21,7 +21,7 @@ from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
 from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.measure.gain_precision import GainPrecision
+from gpt_triton.measure.gain_precision import GainPrecision, rule_applies
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
 from gpt_triton.measure.runs import RemeasureResult
 from gpt_triton.run import Run
@@ -151,7 +151,7 @@ def pair_estimate(run: Run, pair_copies: Sequence[Candidate], pair: tuple[str, s
     """The finalist stage's estimate: ``pair`` = (baseline, selected) alone on a fresh server, measured to
     ``measure.gain_precision`` within the window cap and half of what the budget leaves beyond the
     re-measure's least cost; None when the rule does not apply or a member would not load."""
-    if stage.gain_precision <= 0 or objective.metric == "throughput":
+    if not rule_applies(stage.gain_precision, objective.metric):  # no server started for nothing
         return None
     with serve(run, pair_copies, "finalists-pair", "_p") as (server, loaded), \
             run.progress.bar("finalists: measuring the selected candidate against the baseline (windows)", None) as advance:

@@ -10,6 +10,7 @@ from gpt_triton.core.objective import objective_value
 from gpt_triton.core.records import BuildCost, Candidate
 from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import ObjectiveSpec
+from gpt_triton.measure.loadgen import WindowSample
 from gpt_triton.measure.runs import RemeasureResult
 from gpt_triton.select import gain, select
 
@@ -117,7 +118,7 @@ def test_objective_value_throughput_respects_the_slo_and_rate_profiles() -> None
 def _remeasured(samples: np.ndarray) -> RemeasureResult:
     w = WindowResult(duration_s=1, requests=samples.size, errors=0, throughput=samples.size, p50_ms=0, p90_ms=0,
                      p99_ms=0, mean_ms=0)
-    return RemeasureResult(stats=LatencyStats(load=LoadProfile(), windows=[w]), latencies_ms=samples)
+    return RemeasureResult(stats=LatencyStats(load=LoadProfile(), windows=[w]), samples=[WindowSample(w, samples)])
 
 
 def test_gain_is_significant_only_when_the_interval_excludes_one() -> None:

@@ -71,10 +71,10 @@ def ratio_gap(first: Interval, second: Interval) -> RatioGap | None:
 class ServerSpread(BaseModel):
     """One ratio measured on several fresh servers: each server's interval and how far they differ.
 
-    A server's own interval counts the noise inside its run (windows, requests); a second server adds its
-    own state (where its threads and memory landed, what the machine did meanwhile), which no window of
-    the first can show. Over 22 tunes on a shared 2-core machine that part was a log sd of about 0.05 per
-    run, beside 0.09 inside a run (benchmarks/gap_calibration.py)."""
+    A server's own interval counts the noise inside its run (windows, requests); a second server may add
+    its own state (where its threads and memory landed, what the machine did meanwhile), which no window
+    of the first can show. On a shared 2-core machine ten tunes of three servers each found none beyond
+    the sampling (Q 16.0 on 20 df; benchmarks/gap_calibration.py)."""
 
     servers: list[Interval]  # each server's own ratio interval, in the order run
     between_sd: float  # the between-server sd of the log ratio (DerSimonian-Laird); 0 when within the noise
@@ -92,6 +92,27 @@ class ServerSpread(BaseModel):
         return f"{len(self.servers)} servers: {each}; {spread}"
 
 
+def _log_scale(per_server: Sequence[Interval]) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval's log value and the variance of it that its width implies."""
+    if not per_server:
+        raise ValueError("between_servers needs at least one server's interval")
+    if min(min(r.value, r.low) for r in per_server) <= 0:
+        raise ValueError("between_servers needs positive ratios and bounds (they are pooled on the log scale)")
+    # A zero-width interval (every window identical) would take all the weight: floor it far below any real one.
+    return np.log([r.value for r in per_server]), np.maximum([log_standard_error(r) ** 2 for r in per_server], 1e-12)
+
+
+def heterogeneity(per_server: Sequence[Interval]) -> tuple[float, float]:
+    """Cochran's Q of the servers' log ratios about their inverse-variance mean, and DerSimonian-Laird's
+    moment estimate of the between-server variance, unclipped (below 0 when they agree better than their
+    widths say; averaged over many runs it estimates the variance better than one run's clipped one)."""
+    y, var = _log_scale(per_server)
+    w = 1.0 / var
+    q = float(np.sum(w * (y - np.sum(w * y) / np.sum(w)) ** 2))
+    k = len(per_server)
+    return q, ((q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)) if k > 1 else 0.0)
+
+
 def between_servers(per_server: Sequence[Interval], level: float = 0.95) -> tuple[Interval, ServerSpread]:
     """Pool one ratio's intervals from independent servers: a random-effects mean on the log scale.
 
@@ -101,20 +122,10 @@ def between_servers(per_server: Sequence[Interval], level: float = 0.95) -> tupl
     normal one on that mean: with few servers the between-server variance is itself rough (two servers
     give it one degree of freedom), which is why :class:`ServerSpread` keeps each server's interval.
     Raises ValueError for no interval or a bound at or below 0 (a ratio has no log scale there)."""
-    if not per_server:
-        raise ValueError("between_servers needs at least one server's interval")
-    if min(min(r.value, r.low) for r in per_server) <= 0:
-        raise ValueError("between_servers needs positive ratios and bounds (they are pooled on the log scale)")
-    y = np.log([r.value for r in per_server])
-    # A zero-width interval (every window identical) would take all the weight: floor it far below any real one.
-    var = np.maximum([log_standard_error(r) ** 2 for r in per_server], 1e-12)
-    w = 1.0 / var
-    mean_fixed = float(np.sum(w * y) / np.sum(w))
-    q = float(np.sum(w * (y - mean_fixed) ** 2))
+    y, var = _log_scale(per_server)
+    q, moment = heterogeneity(per_server)
     k = len(per_server)
-    tau2 = 0.0
-    if k > 1:
-        tau2 = max(0.0, (q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)))
+    tau2 = max(0.0, moment)
     w_random = 1.0 / (var + tau2)
     mean = float(np.sum(w_random * y) / np.sum(w_random))
     half = float(stats.norm.ppf(0.5 + level / 2.0)) / float(np.sqrt(np.sum(w_random)))

@@ -43,6 +43,12 @@ class GainPrecision:
     requests: tuple[int, int]  # (baseline, leader): the requests the ratio rests on
 
 
+def rule_applies(gain_precision_target: float, metric: str) -> bool:
+    """Whether the stop rule runs at all: a target above 0 and a latency objective (a throughput ratio is
+    over windows' rates, not latencies)."""
+    return gain_precision_target > 0 and metric != "throughput"
+
+
 def relative_half_width(interval: Interval) -> float:
     if interval.value <= 0 or not np.isfinite(interval.value):
         return float("inf")

@@ -27,7 +27,13 @@ from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import LoadClient
-from gpt_triton.measure.gain_precision import GainPrecision, gain_precision, next_check, precision_note
+from gpt_triton.measure.gain_precision import (
+    GainPrecision,
+    gain_precision,
+    next_check,
+    precision_note,
+    rule_applies,
+)
 from gpt_triton.measure.loadgen import WindowSample, pinned
 from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.measure.quantiles import sizing_note, window_requests
@@ -302,7 +308,7 @@ class Measurer:
         """``pair`` = (baseline, selected) alone: warm-ups and ``min_windows`` alternating rounds with fresh
         seeds, then on until their ratio is known (:meth:`_until_precise`); None, measuring nothing, when the
         rule does not apply (``gain_precision`` 0, a throughput objective)."""
-        if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
+        if not rule_applies(self.spec.gain_precision, self.objective.metric):
             return None
         run = self._separate_run([c for c in candidates if c.id in pair], self.spec.min_windows, False, doing)
         return self._extend(run, candidates, pair, log, doing, deadline)
@@ -311,7 +317,7 @@ class Measurer:
                 doing: str, deadline: float | None) -> GainPrecision | None:
         """:meth:`_until_precise` on ``run`` when the rule applies (a latency objective, ``gain_precision`` >
         0); a pair member that is not deployed, or whose window fails, fails the step."""
-        if self.spec.gain_precision <= 0 or self.objective.metric == "throughput":
+        if not rule_applies(self.spec.gain_precision, self.objective.metric):
             return None
         models = {c.id: c.deploy.model_name for c in candidates if c.id in pair and c.deploy is not None}
         if set(models) != set(pair):
@@ -392,8 +398,7 @@ class Measurer:
         windows = self._windows_run - windows_before
         self._say(log, f"measured {len(reps)} distinct candidates in {windows} windows (warm-ups included)")
         return MeasureRun(outcomes=outcomes, log=log, contrasts=contrasts_from_fit(fit, aliases) if fit else None,
-                          race_windows=race_windows, machine_sharing=sharing, windows=windows,
-                          objective_samples=runs[obj_index].samples)
+                          race_windows=race_windows, machine_sharing=sharing, windows=windows)
 
     def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> LoadRun:
         """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds

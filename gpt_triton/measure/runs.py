@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -22,16 +23,23 @@ from gpt_triton.measure.windows import pooled_latencies, summarise
 @dataclass
 class RemeasureResult:
     stats: LatencyStats
-    latencies_ms: np.ndarray  # pooled over the re-measure windows
-    window_latencies_ms: list[np.ndarray] = field(default_factory=list)  # per window, for the two-stage gain CI
-    samples: list[WindowSample] = field(default_factory=list)  # the windows themselves, to pool runs over servers
+    samples: list[WindowSample]  # the windows, in the order run (one server's, or every server's pooled)
+
+    @cached_property
+    def latencies_ms(self) -> np.ndarray:
+        """Pooled over the windows."""
+        return pooled_latencies(self.samples)
+
+    @property
+    def window_latencies_ms(self) -> list[np.ndarray]:
+        """Per window, for the two-stage gain interval."""
+        return [s.latencies_ms for s in self.samples]
 
 
 def remeasure_result(load: LoadProfile, samples: Sequence[WindowSample], spec: MeasureSpec, seed: int) -> RemeasureResult:
     """A candidate's re-measure from its windows (one server's, or every server's pooled)."""
     stats = summarise(load, samples, spec.stability, spec.confidence, spec.bootstrap_resamples, seed)
-    return RemeasureResult(stats=stats, latencies_ms=pooled_latencies(samples),
-                           window_latencies_ms=[s.latencies_ms for s in samples], samples=list(samples))
+    return RemeasureResult(stats=stats, samples=list(samples))
 
 
 @dataclass
@@ -46,8 +54,6 @@ class MeasureRun:
     race_windows: dict[str, list[RaceWindow]]
     machine_sharing: dict[str, Any]  # cores pinned, who else runs: pinned()'s note
     windows: int  # windows this run took, warm-ups included
-    # The objective load's windows per representative, for Measurer.refine on the same server.
-    objective_samples: dict[str, list[WindowSample]] = field(default_factory=dict)
 
 
 @dataclass

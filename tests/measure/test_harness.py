@@ -198,7 +198,7 @@ def test_past_the_deadline_a_run_ends_at_min_windows(delay_models: EmbeddedTrito
     kw = dict(warmup_s=0.0, window_s=0.1, min_windows=3, max_windows=6, stability=1e-9)
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
     run = m.measure([a, b], until_separated=True, deadline=time.monotonic())
-    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 3, "b": 3}
+    assert {o.candidate_id: len(o.latency[0].windows) for o in run.outcomes} == {"a": 3, "b": 3}
     assert any(line.startswith("time budget: concurrency=1 ended after 3 rounds") for line in run.log), run.log
     # stability 1e-9 never holds: the stable rule would run to max_windows; the deadline ends it, and says so.
     a, b = cand("a", "measure_fast"), cand("b", "measure_fast_b")
@@ -207,12 +207,12 @@ def test_past_the_deadline_a_run_ends_at_min_windows(delay_models: EmbeddedTrito
     assert len(a.latency[0].windows) == 6 and any(line.endswith("(max_windows)") for line in late.log)
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
     run = m.measure([a, b], deadline=time.monotonic())
-    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 3, "b": 3}
+    assert {o.candidate_id: len(o.latency[0].windows) for o in run.outcomes} == {"a": 3, "b": 3}
     assert any(line.startswith("a not stable") and line.endswith("(time budget)") for line in run.log), run.log
     # A deadline not yet reached changes nothing.
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw, racing=False), ObjectiveSpec(metric="p50"))
     run = m.measure([a, b], until_separated=True, deadline=time.monotonic() + 3600)
-    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 6, "b": 6}
+    assert {o.candidate_id: len(o.latency[0].windows) for o in run.outcomes} == {"a": 6, "b": 6}
 
 
 @pytest.mark.slow
@@ -225,7 +225,7 @@ def test_a_deadline_can_move_with_what_the_windows_took(delay_models: EmbeddedTr
     # Not yet known after three rounds (six windows), passed once eight windows have been timed.
     run = m.measure([a, b], until_separated=True,
                     deadline=lambda: time.monotonic() if len(m.objective_window_seconds) >= 8 else None)
-    assert {cid: len(ws) for cid, ws in run.objective_samples.items()} == {"a": 4, "b": 4}
+    assert {o.candidate_id: len(o.latency[0].windows) for o in run.outcomes} == {"a": 4, "b": 4}
     assert any(line.startswith("time budget: concurrency=1 ended after 4 rounds") for line in run.log), run.log
     assert len(m.objective_window_seconds) == 8 and m.windows_run == 10  # the two warm-ups are not timed
     assert all(s >= 0.1 for s in m.objective_window_seconds)

@@ -83,6 +83,10 @@ def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
     assert off.finalists_s(10) == 0.0 and off.search_reserve_s(10) == pytest.approx(345)
     assert budget.plan_note(10).endswith("need at least 743 s (planned from a 13 s objective window, 10 s to start "
                                          "and stop a server, 2 s to load and unload a candidate)")
+    # A throughput objective has no pair estimate (the stop rule is for latency ratios): no server planned for it.
+    throughput = TimeBudget(spec.model_copy(update={"objective": spec.objective.model_copy(update={"metric": "throughput"})}),
+                            window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
+    assert throughput.finalists_s(10) == pytest.approx(10 + 7 * (2 + 1 + 3 * 13))
     # Re-measured on three servers: each one's least cost, three times, before the held-out acceptance.
     three = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"remeasure_servers": 3})}),
                        window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
