@@ -11,7 +11,13 @@ spinning off, ``b``; ``benchmarks/p99_spread.py``) on a fresh embedded Triton pe
 ``--minutes``, and prints per minute of the server's time each model's pooled p99 and their ratio a/b, per run
 and as the mean log over runs: a drift that settles shows as a ratio that stops moving.
 
-    .venv/bin/python benchmarks/server_age.py [--runs 3] [--minutes 8] [--block 500] [--discard 25]
+    .venv/bin/python benchmarks/server_age.py [--runs 3] [--minutes 8] [--block 500] [--discard 25] [--idle-s 0]
+
+``--idle-s S`` leaves the loaded server idle for S seconds before the first block: if the ratio's first
+minute is then already settled, the drift follows the server's clock (a burn-in could be a wait); if it
+still starts high, it follows the traffic served (a burn-in must send requests). ``--prime-s S`` sends S
+seconds of traffic to ``a`` alone first: if ``b``'s first minute is then settled, the server's traffic is what
+matters; if ``b`` still starts fast, each model's own (a burn-in must reach every model).
 """
 
 from __future__ import annotations
@@ -29,10 +35,17 @@ from benchmarks.p99_spread import served_pair  # noqa: E402
 from benchmarks.perf_analyzer_agreement import BUILDERS  # noqa: E402
 
 
-def one_run(model: Path, minutes: float, block: int, discard: int) -> list[tuple[float, float, float]]:
-    """(p99 a, p99 b, a / b) for each whole minute of one fresh server's time after the warm-up."""
+def one_run(model: Path, minutes: float, block: int, discard: int,
+            idle_s: float = 0.0, prime_s: float = 0.0) -> list[tuple[float, float, float]]:
+    """(p99 a, p99 b, a / b) for each whole minute of traffic on one fresh server, after ``idle_s`` seconds
+    of no traffic at all (whether the drift follows the server's clock or the requests it has served) and
+    ``prime_s`` seconds of traffic to ``a`` alone (whether it follows the server's traffic or each model's)."""
     with tempfile.TemporaryDirectory(prefix="server-age-") as root, \
             served_pair(Path(root), model, aa=False) as (send, names):
+        time.sleep(idle_s)  # the experiment's condition (an idle server), not a wait for anything
+        primed = time.monotonic()
+        while time.monotonic() - primed < prime_s:
+            send(names[0], block, 0)
         began = time.monotonic()
         by_minute: dict[int, dict[str, list[float]]] = {}
         while (elapsed := time.monotonic() - began) < minutes * 60:
@@ -52,17 +65,23 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=8.0)
     parser.add_argument("--block", type=int, default=500)
     parser.add_argument("--discard", type=int, default=25)
+    parser.add_argument("--idle-s", type=float, default=0.0,
+                        help="seconds the loaded server stays idle before the first block (default 0)")
+    parser.add_argument("--prime-s", type=float, default=0.0,
+                        help="seconds of traffic to a alone before the first counted block (default 0)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="server-age-model-") as scratch:
         model = BUILDERS[args.model](Path(scratch) / f"{args.model}.onnx")
         runs = []
         for run in range(args.runs):
-            rows = one_run(model, args.minutes, args.block, args.discard)
+            rows = one_run(model, args.minutes, args.block, args.discard, args.idle_s, args.prime_s)
             runs.append(rows)
             print(f"run {run + 1}: " + "; ".join(f"min {m}: a {a:.2f} b {b:.2f} a/b {r:.3f}"
                                                   for m, (a, b, r) in enumerate(rows)), flush=True)
     minutes = min(len(rows) for rows in runs)
-    print(f"\nmean over {len(runs)} runs (geometric), by minute of the server's time:")
+    after = "".join([f" after {args.idle_s:g} s idle" if args.idle_s else "",
+                     f" after {args.prime_s:g} s of traffic to a alone" if args.prime_s else ""])
+    print(f"\nmean over {len(runs)} runs (geometric), by minute of traffic{after}:")
     for m in range(minutes):
         a, b, r = (float(np.exp(np.mean([np.log(rows[m][k]) for rows in runs]))) for k in range(3))
         print(f"  minute {m}: p99 a {a:.2f} ms, b {b:.2f} ms, a/b {r:.3f}")

@@ -79,21 +79,21 @@ class TimeBudget:
         m = self.spec.measure
         return statistics.median(seen) if seen else m.window_s + m.settle_s
 
-    def step_s(self, candidates: int, windows: int, more: Sequence[float] = ()) -> float:
+    def step_s(self, candidates: int, windows: int, more: Sequence[float] = (), burn_in: bool = False) -> float:
         """The least a separate step costs: a fresh server, ``candidates`` loaded, each with a warm-up and
-        ``windows`` windows."""
+        ``windows`` windows, after ``measure.burn_in_s`` each with ``burn_in`` (the steps the gain comes from)."""
         if candidates <= 0:
             return 0.0
         per_candidate = self.load_s() + (self.spec.measure.warmup_s if windows else 0.0) + windows * self.window_s(more)
-        return self.server_s() + candidates * per_candidate
+        return self.server_s() + candidates * (per_candidate + (self.spec.measure.burn_in_s if burn_in else 0.0))
 
     def finalists_s(self, measured: int, more: Sequence[float] = ()) -> float:
         """The finalist stage's least cost: up to ``max_finalists`` contenders and the baseline, ``min_windows``
-        each, then (with ``gain_precision``) the selected pair on a server of its own, ``min_windows`` each."""
+        each, then (with ``gain_precision``) the selected pair on a server of its own, burnt in, ``min_windows`` each."""
         m = self.spec.measure
         if m.finalists <= 0 or measured <= 1:
             return 0.0
-        pair = self.step_s(2, m.min_windows, more) if rule_applies(m.gain_precision, self.spec.objective.metric) else 0.0
+        pair = self.step_s(2, m.min_windows, more, burn_in=True) if rule_applies(m.gain_precision, self.spec.objective.metric) else 0.0
         return self.step_s(min(m.max_finalists, measured) + 1, m.min_windows, more) + pair
 
     def heldout_s(self) -> float:
@@ -101,8 +101,8 @@ class TimeBudget:
         return self.step_s(HELDOUT_CANDIDATES, 0)
 
     def remeasure_server_s(self, more: Sequence[float] = ()) -> float:
-        """The least one re-measure server costs (its ``remeasure_windows`` always run)."""
-        return self.step_s(REMEASURE_CANDIDATES, self.spec.measure.remeasure_windows, more)
+        """The least one re-measure server costs (its burn-in and ``remeasure_windows`` always run)."""
+        return self.step_s(REMEASURE_CANDIDATES, self.spec.measure.remeasure_windows, more, burn_in=True)
 
     def remeasure_s(self, more: Sequence[float] = ()) -> float:
         """The re-measure's (on every one of its servers) and the held-out acceptance's least cost."""

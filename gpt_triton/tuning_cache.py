@@ -60,12 +60,13 @@ def environment() -> dict[str, str]:
 def spec_digest(spec: TuneSpec) -> str:
     """Digest of the spec sections that change what a recorded build or score means.
 
-    ``search`` is left out on purpose: raising max_builds or switching mode must be able to resume. So is
-    ``measure.remeasure_servers``: it changes only the re-measure after the search, which always runs again
-    (and a cache written before the field existed keeps its digest).
+    ``search`` is left out on purpose: raising max_builds or switching mode must be able to resume. So are
+    ``measure.remeasure_servers`` and ``measure.burn_in_s``: they change only the stages after the search
+    (the finalists' pair server, the re-measure), which always run again (and a cache written before the
+    fields existed keeps its digest).
     """
     relevant = spec.model_dump(mode="json", include={"families", "measure", "objective", "accuracy"},
-                               exclude={"measure": {"remeasure_servers"}})
+                               exclude={"measure": {"remeasure_servers", "burn_in_s"}})
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

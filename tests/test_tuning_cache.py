@@ -80,10 +80,11 @@ def test_search_settings_do_not_block_resume(model: ModelInfo) -> None:
     b = make_header(model, TuneSpec.model_validate({"search": {"max_builds": 500, "mode": "full"}}))
     c = make_header(model, TuneSpec.model_validate({"families": {"openvino": {"enabled": False}}}))
     assert a.spec_digest == b.spec_digest != c.spec_digest
-    # The re-measure's servers come after the search and always run again: a resume may change them.
+    # The re-measure's servers and the burn-in come after the search and always run again: a resume may change them.
     servers = make_header(model, TuneSpec.model_validate({"measure": {"remeasure_servers": 3}}))
+    burn_in = make_header(model, TuneSpec.model_validate({"measure": {"burn_in_s": 5}}))
     windows = make_header(model, TuneSpec.model_validate({"measure": {"remeasure_windows": 9}}))
-    assert servers.spec_digest == a.spec_digest != windows.spec_digest
+    assert servers.spec_digest == burn_in.spec_digest == a.spec_digest != windows.spec_digest
 
 
 def test_torn_last_line_is_dropped_and_appends_stay_valid(model: ModelInfo, tmp_path: Path) -> None:

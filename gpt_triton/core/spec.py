@@ -101,6 +101,14 @@ class MeasureSpec(_Strict):
     # 2 or more the gain is pooled over them with that spread in its interval (core.measurements.between_servers),
     # at about that many times the re-measure's cost.
     remeasure_servers: Annotated[int, Field(ge=1, le=8)] = 1
+    # Seconds of its own traffic each model gets, in windows alternating over the models loaded, on every fresh
+    # server whose windows give the reported gain (the finalist stage's pair server, each re-measure server)
+    # before its first counted window. In a fresh embedded server the selected conv_attention candidate ran
+    # faster in its first half-minute or so of traffic than after it (the pair's p99 ratio 1.67 in the first
+    # minute of alternating traffic, 1.3 after it), after an idle server too, and after traffic to the other
+    # model alone: each model's own traffic settles it, so gains measured inside it overstated the steady
+    # state (benchmarks/server_age.py). 0: none.
+    burn_in_s: Annotated[float, Field(ge=0)] = 30.0
 
     @model_validator(mode="after")
     def _window_counts(self) -> MeasureSpec:

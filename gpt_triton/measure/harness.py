@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import LoadProfile
+from gpt_triton.core.measurements import LoadProfile, WindowResult
 from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
+from gpt_triton.measure.burn_in import burn_in
 from gpt_triton.measure.clients import LoadClient
 from gpt_triton.measure.gain_precision import (
     GainPrecision,
@@ -182,21 +183,11 @@ class Measurer:
         if state is None:
             return False
         metric = "1/throughput" if self.objective.metric == "throughput" else self.objective.metric
-        for cid, v in state.verdicts.items():
-            if not v.drop:
-                continue
-            run.dropped[cid] = (
-                f"{metric} {np.exp(v.diff):.3f}x leader {state.leader}'s after {v.windows} windows "
-                f"(drift-adjusted; one-sided lower bound {np.exp(v.lower):.3f}x > 1 at error {alpha:.2g} "
-                f"per comparison; window noise {100 * state.sigma:.1f}% from {state.source}, df {state.df:.0f}, "
-                f"neighbour correlation {state.rho:.2f})"
-            )
+        for cid in [c for c, v in state.verdicts.items() if v.drop]:
+            run.dropped[cid] = state.drop_note(cid, metric, alpha)
             self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
         if state.futile:
-            worst = max(v.diff for v in state.verdicts.values() if not v.drop)
-            self._say(log, f"racing: {state.leader} and {', '.join(c for c, v in state.verdicts.items() if not v.drop)} "
-                           f"(up to {np.exp(worst):.3f}x the leader) cannot be separated within {max_windows} "
-                           f"windows each at their current differences: stopped as a tie")
+            self._say(log, f"racing: {state.futile_note(max_windows)}")
         return state.futile
 
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
@@ -305,12 +296,14 @@ class Measurer:
 
     def measure_pair(self, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
                      doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
-        """``pair`` = (baseline, selected) alone: warm-ups and ``min_windows`` alternating rounds with fresh
-        seeds, then on until their ratio is known (:meth:`_until_precise`); None, measuring nothing, when the
-        rule does not apply (``gain_precision`` 0, a throughput objective)."""
+        """``pair`` = (baseline, selected) alone: the burn-in (:meth:`burn_in`), warm-ups and ``min_windows``
+        alternating rounds with fresh seeds, then on until their ratio is known (:meth:`_until_precise`);
+        None, measuring nothing, when the rule does not apply (``gain_precision`` 0, a throughput objective)."""
         if not rule_applies(self.spec.gain_precision, self.objective.metric):
             return None
-        run = self._separate_run([c for c in candidates if c.id in pair], self.spec.min_windows, False, doing)
+        members = [c for c in candidates if c.id in pair]
+        self.burn_in(members, log, doing)
+        run = self._separate_run(members, self.spec.min_windows, False, doing)
         return self._extend(run, candidates, pair, log, doing, deadline)
 
     def _extend(self, run: LoadRun, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
@@ -400,6 +393,23 @@ class Measurer:
         return MeasureRun(outcomes=outcomes, log=log, contrasts=contrasts_from_fit(fit, aliases) if fit else None,
                           race_windows=race_windows, machine_sharing=sharing, windows=windows)
 
+    def burn_in(self, candidates: Sequence[Candidate], log: list[str], doing: str) -> None:
+        """``measure.burn_in_s`` of uncounted traffic for each of ``candidates`` (:mod:`.burn_in`); windows.csv round 0."""
+        models = {c.id: c.deploy.model_name for c in candidates if c.deploy is not None}
+        if self.spec.burn_in_s <= 0 or not models:
+            return
+        load = self.spec.loads[self.objective.load_index]
+
+        def send(cid: str, seconds: float) -> WindowResult:
+            result = self._window(models[cid], load, seconds, 0).result
+            if self.on_window is not None:
+                self.on_window(cid, load.label(), 0, result)
+            return result
+
+        with pinned(self.server_pid):
+            done = burn_in(send, list(models), self.spec.burn_in_s * len(models), self.spec.window_s)
+        self._say(log, f"{doing}: {done.describe(self.spec.burn_in_s)}")
+
     def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> LoadRun:
         """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds
         (independent of the windows that selected anyone); a failed candidate fails the whole run."""
@@ -426,12 +436,15 @@ class Measurer:
     def remeasure(self, candidates: Sequence[Candidate], pair: tuple[str, str] | None = None,
                   log: list[str] | None = None, deadline: float | None = None) -> dict[str, RemeasureResult]:
         """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
-        objective's load, with fresh seeds; the basis for the gain's interval. With ``pair`` = (baseline,
-        winner) the two go on until their ratio is known to ``gain_precision`` (or the window cap, or
-        ``deadline``: the ``remeasure_windows`` always run); the decision lines go to ``log``."""
+        objective's load, with fresh seeds, after the burn-in (:meth:`burn_in`); the basis for the gain's
+        interval. With ``pair`` = (baseline, winner) the two go on until their ratio is known to
+        ``gain_precision`` (or the window cap, or ``deadline``: the ``remeasure_windows`` always run); the
+        decision lines go to ``log``."""
+        log = log if log is not None else []
+        self.burn_in(candidates, log, "re-measure")
         # A, B, C, A, B, C: the classic alternation, not shuffled
         run = self._separate_run(candidates, self.spec.remeasure_windows, False, "re-measuring")
         load = self.spec.loads[self.objective.load_index]
         if pair is not None:
-            self._extend(run, candidates, pair, log if log is not None else [], "re-measure", deadline)
+            self._extend(run, candidates, pair, log, "re-measure", deadline)
         return {cid: remeasure_result(load, samples, self.spec, self.seed) for cid, samples in run.samples.items()}

@@ -158,6 +158,21 @@ class RaceState:
     # difference to the leader held: more windows would end in the same declared tie.
     futile: bool = False
 
+    def drop_note(self, cid: str, metric: str, alpha: float) -> str:
+        """Why ``cid`` was dropped, with the figures that dropped it."""
+        v = self.verdicts[cid]
+        return (f"{metric} {np.exp(v.diff):.3f}x leader {self.leader}'s after {v.windows} windows "
+                f"(drift-adjusted; one-sided lower bound {np.exp(v.lower):.3f}x > 1 at error {alpha:.2g} "
+                f"per comparison; window noise {100 * self.sigma:.1f}% from {self.source}, df {self.df:.0f}, "
+                f"neighbour correlation {self.rho:.2f})")
+
+    def futile_note(self, max_windows: int) -> str:
+        """The tie racing declares when more windows could not separate the rest."""
+        kept = {c: v for c, v in self.verdicts.items() if not v.drop}
+        return (f"{self.leader} and {', '.join(kept)} (up to {np.exp(max(v.diff for v in kept.values())):.3f}x "
+                f"the leader) cannot be separated within {max_windows} windows each at their current "
+                f"differences: stopped as a tie")
+
 
 def race_round(
     windows: Sequence[RaceWindow],

@@ -1,4 +1,5 @@
-"""Every counted window of a run, one CSV row each, in the order the windows ran (``RUN_DIR/windows.csv``).
+"""Every window of a run, one CSV row each, in the order the windows ran (``RUN_DIR/windows.csv``): the
+counted ones, and a fresh server's burn-in as round 0 (:func:`read_windows` leaves those out unless asked).
 
 report.json keeps each candidate's windows from the search and the re-measure's pair, but not the
 finalist stage's (it judges copies), and none of them says which window ran after which. This file
@@ -21,7 +22,12 @@ WINDOWS_FILE = "windows.csv"
 FIELDS = ("run_id", "stage", "candidate", "load", "round", "ended_utc", "duration_s", "requests", "errors",
           "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput")
 
-# (candidate id, load label, round, the window's figures): what a Measurer reports after each counted window
+# The round of a burn-in's windows (measure.burn_in_s): sent before a fresh server's first counted window,
+# counted in nothing, kept so that the transient they absorb can be read from a tune afterwards.
+BURN_IN_ROUND = "0"
+
+# (candidate id, load label, round, the window's figures): what a Measurer reports after each window as it
+# ends, counted ones as rounds 1, 2, ... and a burn-in's as round 0
 WindowSink = Callable[[str, str, int, WindowResult], None]
 
 
@@ -49,7 +55,8 @@ class WindowLog:
         return write
 
 
-def read_windows(path: Path) -> list[dict[str, str]]:
-    """The rows of a windows.csv, in the order the windows ran."""
+def read_windows(path: Path, burn_in: bool = False) -> list[dict[str, str]]:
+    """The rows of a windows.csv, in the order the windows ran: the counted windows, and with ``burn_in``
+    the burn-in's too (round 0)."""
     with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+        return [row for row in csv.DictReader(handle) if burn_in or row["round"] != BURN_IN_ROUND]

@@ -30,9 +30,9 @@ def cand(cid: str, model: str, sha: str | None = None, threads: int = 0) -> Cand
 
 def spec(**kw: object) -> MeasureSpec:
     # tail_requests=1: a p99 window holds 100 requests, not the default 500 (short tests; the sizing
-    # itself is tested in test_quantiles.py and below).
+    # itself is tested in test_quantiles.py and below). No burn-in unless a test asks for one.
     base: dict[str, object] = dict(warmup_s=0.1, window_s=0.3, window_min_requests=5, min_windows=3, max_windows=6,
-                                   bootstrap_resamples=300, remeasure_windows=3, tail_requests=1)
+                                   bootstrap_resamples=300, remeasure_windows=3, tail_requests=1, burn_in_s=0.0)
     base.update(kw)
     return MeasureSpec.model_validate(base)
 
@@ -330,3 +330,38 @@ def test_the_stop_rule_is_checked_on_a_geometric_schedule(delay_models: Embedded
     found = m.measure_pair([base, fast], ("base", "fast"), notes, deadline=0.0)
     assert checked == [3, 4, 5, 6] and found is not None and found.windows == 6
     assert "after 6 windows each" in notes[0] and "NOT reached (time budget)" in notes[0]
+
+
+@pytest.mark.slow
+def test_the_burn_in_comes_before_any_counted_window_and_counts_in_nothing(delay_models: EmbeddedTriton,
+                                                                           requests_x: list) -> None:
+    base, win, other = cand("base", "measure_slow20"), cand("win", "measure_fast"), cand("other", "measure_fast_b")
+    reported: list[tuple[str, int, int]] = []
+    m = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=0.4, window_s=0.2), ObjectiveSpec(metric="p50"),
+                 on_window=lambda c, load, r, res: reported.append((c, r, res.requests)))
+    notes: list[str] = []
+    began = time.monotonic()
+    results = m.remeasure([win, other, base], None, notes)
+    assert time.monotonic() - began >= 3 * 0.4  # 0.4 s for each of the three
+    rounds = [r for _, r, _ in reported]
+    first_counted = rounds.index(1)
+    # Round 0 (the burn-in, to windows.csv) first, over every candidate, then only counted rounds.
+    assert set(rounds[:first_counted]) == {0} and 0 not in rounds[first_counted:]
+    assert {c for c, r, _ in reported if r == 0} == {"base", "win", "other"}
+    burnt = sum(n for _, r, n in reported if r == 0)
+    assert burnt > 0 and len(notes) == 1
+    assert notes[0].startswith(f"re-measure: burn-in: {burnt} requests in {first_counted} windows over ")
+    assert notes[0].endswith(" s before any counted window (measure.burn_in_s 0.4 per model)")
+    # The counted windows are what they were without it: 3 each, and only they are in the window order.
+    assert all(len(r.stats.windows) == 3 for r in results.values()) and len(m.window_order) == 9
+    assert m.windows_run == first_counted + 3 + 9  # the burn-in's windows, 3 warm-ups, 9 counted
+    # The pair's server: only the pair is burnt in.
+    reported.clear()
+    pair = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=0.3, window_s=0.2, gain_precision=0.9),
+                    ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res: reported.append((c, r, res.requests)))
+    notes = []
+    assert pair.measure_pair([base, win, other], ("base", "win"), notes) is not None
+    assert {c for c, r, _ in reported if r == 0} == {"base", "win"} and notes[0].startswith("finalists: burn-in: ")
+    # None without the gain-precision rule: no server time spent on a burn-in either.
+    off = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=5.0, gain_precision=0), ObjectiveSpec(metric="p50"))
+    assert off.measure_pair([base, win], ("base", "win"), []) is None and off.windows_run == 0

@@ -43,3 +43,13 @@ def test_an_empty_file_gets_its_header(tmp_path: Path) -> None:
     path.touch()  # e.g. left by an interrupted run before its first window
     WindowLog(path, "r").sink("finalists")("a", "concurrency=1", 2, result(1.0))
     assert [r["stage"] for r in read_windows(path)] == ["finalists"]
+
+
+def test_burn_in_rows_are_kept_but_read_only_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    sink = WindowLog(path, "r").sink("remeasure")
+    sink("a", "concurrency=1", 0, result(1.5))  # the burn-in's windows: round 0
+    sink("b", "concurrency=1", 0, result(2.5))
+    sink("a", "concurrency=1", 1, result(2.0))
+    assert [(r["candidate"], r["round"]) for r in read_windows(path)] == [("a", "1")]
+    assert [(r["candidate"], r["round"]) for r in read_windows(path, burn_in=True)] == [("a", "0"), ("b", "0"), ("a", "1")]

@@ -60,28 +60,29 @@ def test_the_search_leaves_at_least_a_quarter_of_the_budget_for_judging() -> Non
 
 def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
     """A ResNet-like run: 13 s windows (p99 needs 500 requests at ~40/s), 10 s to start a server, 2 s a
-    load. The finalists (six contenders and the baseline, three windows each), the re-measure (three
-    candidates, eight windows each) and the held-out acceptance need more than a quarter of 20 minutes."""
+    load, a burn-in of 20 s a model. The finalists (six contenders and the baseline, three windows each), the re-measure
+    (three candidates, eight windows each) and the held-out acceptance need more than a quarter of 20 minutes."""
     spec = TuneSpec.model_validate({"time_budget_s": 1200, "measure": {"warmup_s": 1.0, "min_windows": 3,
-                                                                        "remeasure_windows": 8, "max_finalists": 6}})
+                                                                        "remeasure_windows": 8, "max_finalists": 6,
+                                                                        "burn_in_s": 20.0}})
     budget = TimeBudget(spec)
     budget.observe_windows([12.0, 13.0, 30.0])  # the median: one slow window does not set the plan
     budget.observe_server_start(10.0)
     budget.observe_loads(20.0, 10)
     assert budget.window_s() == 13.0
-    pair = 10 + 2 * (2 + 1 + 3 * 13)  # the selected pair on a server of its own (gain_precision is on)
+    pair = 10 + 2 * (2 + 1 + 3 * 13 + 20)  # the selected pair on a server of its own, burnt in (gain_precision is on)
     assert budget.finalists_s(10) == pytest.approx(10 + 7 * (2 + 1 + 3 * 13) + pair)
     assert budget.finalists_s(2) == pytest.approx(10 + 3 * (2 + 1 + 3 * 13) + pair)  # fewer measured, fewer finalists
     assert budget.heldout_s() == pytest.approx(10 + 2 * 2)
-    assert budget.remeasure_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13) + 14)
-    assert budget.search_reserve_s(10) == pytest.approx(304 + 94 + 345)
+    assert budget.remeasure_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13 + 20) + 14)  # burnt in too
+    assert budget.search_reserve_s(10) == pytest.approx(304 + 134 + 405)
     # A running stage's own windows count before they are observed.
     assert budget.window_s([20.0, 20.0, 20.0]) == 20.0
     # Without a finalist stage only the re-measure is kept.
     off = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"finalists": 0})}),
                      window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
-    assert off.finalists_s(10) == 0.0 and off.search_reserve_s(10) == pytest.approx(345)
-    assert budget.plan_note(10).endswith("need at least 743 s (planned from a 13 s objective window, 10 s to start "
+    assert off.finalists_s(10) == 0.0 and off.search_reserve_s(10) == pytest.approx(405)
+    assert budget.plan_note(10).endswith("need at least 843 s (planned from a 13 s objective window, 10 s to start "
                                          "and stop a server, 2 s to load and unload a candidate)")
     # A throughput objective has no pair estimate (the stop rule is for latency ratios): no server planned for it.
     throughput = TimeBudget(spec.model_copy(update={"objective": spec.objective.model_copy(update={"metric": "throughput"})}),
@@ -90,8 +91,12 @@ def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
     # Re-measured on three servers: each one's least cost, three times, before the held-out acceptance.
     three = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"remeasure_servers": 3})}),
                        window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
-    assert three.remeasure_server_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13))
-    assert three.remeasure_s() == pytest.approx(3 * (10 + 3 * (2 + 1 + 8 * 13)) + 14)
+    assert three.remeasure_server_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13 + 20))
+    assert three.remeasure_s() == pytest.approx(3 * (10 + 3 * (2 + 1 + 8 * 13 + 20)) + 14)
+    # Without a burn-in the steps cost only their windows.
+    cold = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"burn_in_s": 0.0})}),
+                      window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
+    assert cold.remeasure_server_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13))
     budget.observe_server_stop(5.0)
     budget.observe_unloads(3.0, 3)
     assert budget.heldout_s() == pytest.approx(15 + 2 * 3)

@@ -52,8 +52,14 @@ def test_the_gain_is_pooled_over_the_servers_it_was_re_measured_on(tmp_path: Pat
         # the report's stats rest on both servers' windows, in the order run
         assert [w.p99_ms for w in stats.windows] == pytest.approx(on_each[0] + on_each[1], abs=1e-3)
     decisions = report.decisions
-    assert sum(d.startswith("server 1 of 2: re-measure: ") for d in decisions) == 1, decisions
-    assert sum(d.startswith("server 2 of 2: re-measure: ") for d in decisions) == 1, decisions
+    for server in (1, 2):  # each server burnt in, then measured its pair to the target (or the cap)
+        lines = [d for d in decisions if d.startswith(f"server {server} of 2: re-measure: ")]
+        assert len(lines) == 2 and lines[0].startswith(f"server {server} of 2: re-measure: burn-in: "), decisions
+    # The burn-in's windows are in windows.csv (round 0) before each server's first counted window.
+    every = read_windows(out / "windows.csv", burn_in=True)
+    for stage in ("remeasure", "remeasure-2"):
+        rounds = [r["round"] for r in every if r["stage"] == stage]
+        assert rounds[0] == "0" and "0" not in rounds[rounds.index("1"):]
     assert any(d.startswith("re-measured on 2 fresh servers, interleaved: ") for d in decisions)
     assert f"re-measure over servers: {gain.servers.describe()}" in decisions
     assert "pooled over 2 servers: " in dict(verdict_lines(report))["re-measured gain"]

@@ -49,7 +49,9 @@ FAST_SPEC: dict[str, Any] = {
                 # The finalist stage judges the search winner and one more beside the baseline, over 3 windows
                 # each; the baseline/leader pair then gets one more round (gain_max_windows), not the default
                 # 24 that would pin their ratio to gain_precision: the stages, not the ratio's width, are tested.
-                "finalist_windows": 3, "max_finalists": 2, "gain_max_windows": 4},
+                "finalist_windows": 3, "max_finalists": 2, "gain_max_windows": 4,
+                # A fifth of a second of burn-in a model on the pair and re-measure servers: the path runs, not its minute.
+                "burn_in_s": 0.2},
     "accuracy": {"synthetic_requests": 24, "default": {"max_abs": 0.5, "max_rel": 10.0}},
 }
 
@@ -143,6 +145,16 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     if report["selected_id"] != report["baseline_id"]:  # the estimate: the pair alone, on a server of its own
         assert {r["candidate"] for r in rows if r["stage"] == "finalists-pair"} == {report["baseline_id"], report["selected_id"]}
         assert (out / "triton-finalists-pair.log").is_file()
+    # The servers the gain comes from (the pair's, the re-measure's) were burnt in before their first counted
+    # window; the search's and the finalists' were not. read_windows leaves those windows out unless asked.
+    every = read_windows(out / "windows.csv", burn_in=True)
+    burnt = {r["stage"] for r in every if r["round"] == "0"}
+    assert burnt == {s for s in ("finalists-pair", "remeasure") if s in stages}, burnt
+    for stage in burnt:
+        rounds = [r["round"] for r in every if r["stage"] == stage]
+        assert rounds[0] == "0" and "0" not in rounds[rounds.index("1"):]
+        prefix = "finalists" if stage == "finalists-pair" else "re-measure"
+        assert sum(d.startswith(f"{prefix}: burn-in: ") for d in report["decisions"]) == 1
     def p99s(stage: str, cid: str) -> list[float]:
         return [float(r["p99_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]
 
