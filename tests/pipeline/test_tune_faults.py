@@ -167,6 +167,7 @@ def test_nan_in_reference_outputs_names_the_request_in_the_users_file(tmp_path: 
     ("search:\n  max_builds: -3\n", "search.max_builds"),
     ("search:\n  max_builds: 0\n", "search.max_builds"),
     ("measure:\n  window_s: -1\n", "measure.window_s"),
+    ("measure:\n  burn_in_s: -30\n", "measure.burn_in_s"),
     ("measure:\n  min_windows: 5\n  max_windows: 3\n", "max_windows (3) is below min_windows (5)"),
     ("accuracy:\n  heldout_fraction: 1.5\n", "accuracy.heldout_fraction"),
     ("promotion:\n  keep_versions: 0\n", "promotion.keep_versions"),
