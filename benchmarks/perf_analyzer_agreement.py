@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt_triton.core.measurements import LoadProfile
+from gpt_triton.core.measurements import LoadProfile, log_standard_error
 from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import Artifact, Route
@@ -201,9 +201,8 @@ def tune_against_perf_analyzer(run_dir: Path, protocol: str, results: Results) -
     by_role = results["perf_analyzer"]
     pa = window_ratio_interval([s.latencies_ms for s in by_role["baseline"]],
                                [s.latencies_ms for s in by_role["winner"]], gain.metric, 0.95, 1000)  # type: ignore[arg-type]
-    sides = [(gain.ratio.value, gain.ratio.low, gain.ratio.high), (pa.value, pa.low, pa.high)]
-    se = [(np.log(high) - np.log(low)) / (2 * 1.96) for _, low, high in sides]
-    d, half = np.log(sides[0][0] / sides[1][0]), 1.96 * float(np.hypot(*se))
+    d = np.log(gain.ratio.value / pa.value)
+    half = 1.96 * float(np.hypot(log_standard_error(gain.ratio), log_standard_error(pa)))
     print(f"the tune's re-measured {gain.metric} gain {gain.ratio.value:.3f} [{gain.ratio.low:.3f}, {gain.ratio.high:.3f}] "
           f"against perf_analyzer's over {protocol} here {pa.value:.3f} [{pa.low:.3f}, {pa.high:.3f}]: tune / "
           f"perf_analyzer = {np.exp(d):.3f} [{np.exp(d - half):.3f}, {np.exp(d + half):.3f}] "

@@ -106,10 +106,13 @@ def heterogeneity(per_server: Sequence[Interval]) -> tuple[float, float]:
     """Cochran's Q of the servers' log ratios about their inverse-variance mean, and DerSimonian-Laird's
     moment estimate of the between-server variance, unclipped (below 0 when they agree better than their
     widths say; averaged over many runs it estimates the variance better than one run's clipped one)."""
-    y, var = _log_scale(per_server)
+    return _q_and_moment(*_log_scale(per_server))
+
+
+def _q_and_moment(y: np.ndarray, var: np.ndarray) -> tuple[float, float]:
     w = 1.0 / var
     q = float(np.sum(w * (y - np.sum(w * y) / np.sum(w)) ** 2))
-    k = len(per_server)
+    k = len(y)
     return q, ((q - (k - 1)) / float(np.sum(w) - np.sum(w**2) / np.sum(w)) if k > 1 else 0.0)
 
 
@@ -123,7 +126,7 @@ def between_servers(per_server: Sequence[Interval], level: float = 0.95) -> tupl
     give it one degree of freedom), which is why :class:`ServerSpread` keeps each server's interval.
     Raises ValueError for no interval or a bound at or below 0 (a ratio has no log scale there)."""
     y, var = _log_scale(per_server)
-    q, moment = heterogeneity(per_server)
+    q, moment = _q_and_moment(y, var)
     k = len(per_server)
     tau2 = max(0.0, moment)
     w_random = 1.0 / (var + tau2)

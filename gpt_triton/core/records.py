@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import (
     Interval,
     IsolatedStats,
@@ -60,6 +61,12 @@ class Candidate(BaseModel):
     latency: list[LatencyStats] = Field(default_factory=list)  # one per load profile
     accuracy: AccuracyResult | None = None  # screening, on the tuning split
     isolated: IsolatedStats | None = None
+
+    def served_model(self, doing: str) -> str:
+        """The model name this candidate is served under; a candidate not deployed fails the step ``doing``."""
+        if self.deploy is None:
+            raise GptTritonError(f"candidate {self.id} is not deployed: deploy it before {doing}")
+        return self.deploy.model_name
 
     def route_text(self) -> str:
         parts = [self.route.key()]

@@ -394,8 +394,9 @@ class Measurer:
                           race_windows=race_windows, machine_sharing=sharing, windows=windows)
 
     def burn_in(self, candidates: Sequence[Candidate], log: list[str], doing: str) -> None:
-        """``measure.burn_in_s`` of uncounted traffic for each of ``candidates`` (:mod:`.burn_in`); windows.csv round 0."""
-        models = {c.id: c.deploy.model_name for c in candidates if c.deploy is not None}
+        """``measure.burn_in_s`` of uncounted traffic for each of ``candidates`` (:mod:`.burn_in`), in windows.csv
+        as round 0; one not deployed fails it before anything is sent, as the run after it would."""
+        models = {c.id: c.served_model(doing) for c in candidates}
         if self.spec.burn_in_s <= 0 or not models:
             return
         load = self.spec.loads[self.objective.load_index]
@@ -413,11 +414,7 @@ class Measurer:
     def _separate_run(self, candidates: Sequence[Candidate], windows: int, shuffle: bool, doing: str) -> LoadRun:
         """A run of exactly ``windows`` windows each at the objective's load, no racing, with fresh seeds
         (independent of the windows that selected anyone); a failed candidate fails the whole run."""
-        models = {}
-        for cand in candidates:
-            if cand.deploy is None:
-                raise GptTritonError(f"candidate {cand.id} is not deployed: deploy it before {doing}")
-            models[cand.id] = cand.deploy.model_name
+        models = {c.id: c.served_model(doing) for c in candidates}
         load = self.spec.loads[self.objective.load_index]
         self.seed += 7_777
         with pinned(self.server_pid):

@@ -362,6 +362,11 @@ def test_the_burn_in_comes_before_any_counted_window_and_counts_in_nothing(delay
     notes = []
     assert pair.measure_pair([base, win, other], ("base", "win"), notes) is not None
     assert {c for c, r, _ in reported if r == 0} == {"base", "win"} and notes[0].startswith("finalists: burn-in: ")
+    # A member not deployed fails the step before the burn-in sends anything.
+    early = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=5.0, gain_precision=0.9), ObjectiveSpec(metric="p50"))
+    with pytest.raises(GptTritonError, match="candidate other is not deployed: deploy it before finalists"):
+        early.measure_pair([base, other.model_copy(update={"deploy": None})], ("base", "other"), [])
+    assert early.windows_run == 0
     # None without the gain-precision rule: no server time spent on a burn-in either.
     off = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=5.0, gain_precision=0), ObjectiveSpec(metric="p50"))
     assert off.measure_pair([base, win], ("base", "win"), []) is None and off.windows_run == 0
