@@ -23,6 +23,7 @@ from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.gain_precision import GainPrecision, rule_applies
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
+from gpt_triton.measure.machine_load import MachineLoad, load_contrast, machine_load
 from gpt_triton.measure.runs import RemeasureResult
 from gpt_triton.run import Run
 from gpt_triton.select import Selection, after_refinement, gain_over_servers, select, select_finalists
@@ -162,7 +163,14 @@ def pair_estimate(run: Run, pair_copies: Sequence[Candidate], pair: tuple[str, s
         found = judge.measure_pair(loaded, pair, notes, "finalists",
                                    deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
         run.budget.observe_windows(judge.objective_window_seconds)
+        if (load := stage_load(run, ["finalists-pair"])) is not None:
+            notes.append(f"finalists: the pair's server: {load.describe()}")
         return found
+
+
+def stage_load(run: Run, stages: Sequence[str]) -> MachineLoad | None:
+    """What else the machine ran during the counted windows of ``stages`` (windows.csv's stage names)."""
+    return machine_load([w for stage in stages for w in run.windows.counted.get(stage, [])])
 
 
 def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None,
@@ -187,7 +195,7 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         run.decide(f"re-measure: {servers} repetitions on the server at --triton-url, which is not restarted between "
                    "them: their spread is between loads of the models, not between servers")
     for index in range(servers):
-        label, suffix = ("remeasure", "_r") if index == 0 else (f"remeasure-{index + 1}", f"_r{index + 1}")
+        label, suffix = _remeasure_stage(index)
         with serve(run, contenders, label, suffix) as (server, loaded):
             if len(loaded) != len(contenders):
                 return None
@@ -200,6 +208,8 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
                 # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
                 per_server.append(measurer(run, server, advance, label, stage, seed=1_013 * index).remeasure(
                     contenders, (baseline.id, winner.id), notes, deadline))
+                if (load := stage_load(run, [label])) is not None:
+                    notes.append(f"re-measure: {load.describe()}")
         for line in notes:
             run.decide(line if servers == 1 else f"server {index + 1} of {servers}: {line}")
     win_value = objective_value(winner.latency, spec.objective)
@@ -218,8 +228,18 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     if found.servers is not None:
         run.decide(f"re-measure over servers: {found.servers.describe()}")
     if (between := found.between_runs()) is not None:
-        run.decide(f"re-measure against the finalist run's estimate: {between.describe()}")
+        # Whether the machine was as busy in both: a gap beyond the intervals with one stage crowded is
+        # the machine's load, not the sampling (gpt_triton/measure/machine_load.py).
+        loads = stage_load(run, ["finalists-pair"]), stage_load(run, [_remeasure_stage(i)[0] for i in range(servers)])
+        run.decide(f"re-measure against the finalist run's estimate: {between.describe()}"
+                   f"{load_contrast(*loads, ('finalist pair', 're-measure'))}")
     return found
+
+
+def _remeasure_stage(index: int) -> tuple[str, str]:
+    """The re-measure on its ``index``-th server (from 0): its stage name (server log, windows.csv) and the
+    suffix of its model names."""
+    return ("remeasure", "_r") if index == 0 else (f"remeasure-{index + 1}", f"_r{index + 1}")
 
 
 def repeat_check(run: Run, measured: Sequence[Candidate], first: Selection) -> None:

@@ -164,6 +164,8 @@ class WindowResult(BaseModel):
     send_lag_p99_ms: float | None = None  # open-loop: scheduled vs actual send time
     rate_achieved: float | None = None  # open-loop: requests sent per second of the schedule's span
     rate_held: bool | None = None  # open-loop: achieved >= 98% of target, send lag p99 <= 20 ms, not growing
+    foreign_cores: float | None = None  # cores other processes used meanwhile (gpt_triton/measure/machine_load.py)
+    steal_cores: float | None = None  # cores the hypervisor took from this machine meanwhile
 
 
 class LatencyStats(BaseModel):

@@ -72,25 +72,56 @@ def gain_precision(baseline_windows: Sequence[np.ndarray], leader_windows: Seque
                          requests=(sum(w.size for w in base), sum(w.size for w in lead)))
 
 
+def windows_to_reach(found: GainPrecision, target: float) -> int | None:
+    """The windows each the pair would need for a half-width of ``target``, projected from ``found`` as a
+    ratio's half-width shrinks, about 1/sqrt(windows); None when the width is unknown (an infinite bound)."""
+    projected = _projected(found.windows, found.half_width, target)
+    return None if projected is None else max(found.windows, projected)
+
+
+def _projected(windows: int, half_width: float, target: float) -> int | None:
+    if target <= 0 or not math.isfinite(half_width):
+        return None
+    return math.ceil(windows * (half_width / target) ** 2)
+
+
 def next_check(windows: int, found: GainPrecision | None, target: float) -> int:
     """The windows each (of the pair) at which the stop rule is next worth computing, after computing it
     at ``windows``: a quarter more windows, or fewer when the width ``found`` there projects the target
-    sooner (a ratio's half-width shrinks about as 1/sqrt(windows)); always at least one more round."""
+    sooner (:func:`windows_to_reach`); always at least one more round."""
     if found is None or target <= 0:
         return windows + 1
     growth = math.ceil(windows * CHECK_GROWTH)
-    projected = math.ceil(windows * (found.half_width / target) ** 2) if math.isfinite(found.half_width) else growth
-    return max(windows + 1, min(growth, projected))
+    projected = _projected(windows, found.half_width, target)
+    return max(windows + 1, min(growth, projected if projected is not None else growth))
+
+
+def shortfall_note(found: GainPrecision, target: float, round_s: float | None) -> str:
+    """What the target would have cost, for a run that stopped short of it: the projected windows each
+    and, with ``round_s`` (the wall seconds of one round of the pair as run), the time. A user sizes
+    ``measure.gain_max_windows`` and ``time_budget_s`` from it instead of guessing."""
+    needed = windows_to_reach(found, target)
+    if needed is None:
+        return ""
+    more = f", some {needed - found.windows} rounds ({_duration((needed - found.windows) * round_s)}) more" \
+        if round_s is not None and round_s > 0 else ""
+    return f"; at this spread +/-{100 * target:.1f}% needs about {needed} windows each{more}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def precision_note(doing: str, pair: tuple[str, str], found: GainPrecision | None, target: float,
-                   stopped_by: str = "window cap") -> str:
+                   stopped_by: str = "window cap", round_s: float | None = None) -> str:
     """One decision-log line: how well the pair's ratio is known after ``doing``, and what ended it when
-    the target was not reached (``stopped_by``: the window cap or the run's time budget)."""
+    the target was not reached (``stopped_by``: the window cap or the run's time budget) with what
+    reaching it would take (:func:`shortfall_note`; ``round_s``: wall seconds of one round of the pair)."""
     baseline, leader = pair
     if found is None:
         return f"{doing}: {baseline}/{leader} ratio not estimated (fewer than 3 windows each)"
     r = found.ratio
-    verdict = "reached" if found.reached else f"NOT reached ({stopped_by}): read the interval, not the point"
+    verdict = "reached" if found.reached else \
+        f"NOT reached ({stopped_by}): read the interval, not the point{shortfall_note(found, target, round_s)}"
     return (f"{doing}: {baseline}/{leader} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}], +/-{100 * found.half_width:.1f}% "
             f"after {found.windows} windows each ({found.requests[0]} + {found.requests[1]} requests); target +/-{100 * target:.1f}% {verdict}")

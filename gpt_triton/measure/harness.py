@@ -291,7 +291,9 @@ class Measurer:
                 found, checked_at = check(), windows()
         if checked_at != windows():  # the time budget ended it between checks: the note reads every window
             found = check()
-        self._say(log, precision_note(doing, pair, found, target, stopped_by))
+        recent = self.objective_window_seconds[-8:]  # the pair's last rounds: what one more would cost
+        round_s = 2 * float(np.median(recent)) if recent else None
+        self._say(log, precision_note(doing, pair, found, target, stopped_by, round_s))
         return found
 
     def measure_pair(self, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],

@@ -37,6 +37,7 @@ from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.measure.arrivals import ClosedLoop
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample, summarise
+from gpt_triton.measure.machine_load import WatchedClient
 from gpt_triton.measure.sender import HTTP_ENDPOINT_UNKNOWN, Raw
 from gpt_triton.measure.server_stats import StatsSnapshots
 
@@ -251,10 +252,11 @@ class PerfAnalyzerClient(LoadClient):
 
 
 def load_client(name: str, processes: int = 1, protocol: str = "grpc", http_url: str | None = None) -> LoadClient:
-    """The client ``measure.client`` names, speaking ``measure.protocol``; perf_analyzer must be installed
-    (``make setup`` fetches it)."""
+    """The client ``measure.client`` names, speaking ``measure.protocol``, with what else the machine ran
+    during each window on its results (:class:`~gpt_triton.measure.machine_load.WatchedClient`);
+    perf_analyzer must be installed (``make setup`` fetches it)."""
     if name == "perf_analyzer":
         tool = find_perf_analyzer(required=True)
         assert tool is not None  # required=True raises instead
-        return PerfAnalyzerClient(tool, protocol, http_url)
-    return BuiltinClient(processes, protocol, http_url)
+        return WatchedClient(PerfAnalyzerClient(tool, protocol, http_url))
+    return WatchedClient(BuiltinClient(processes, protocol, http_url))

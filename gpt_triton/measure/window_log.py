@@ -6,12 +6,15 @@ finalist stage's (it judges copies), and none of them says which window ran afte
 keeps all of it, so a figure of a run (the finalist estimate, one phase of the re-measure, a burst that
 moved a p99) can be re-derived or cross-checked afterwards without running again. Rows are appended as
 the windows end, so a run that stops half-way keeps what it measured; ``run_id`` tells runs apart
-when ``--out`` or ``--resume`` reuses a directory.
+when ``--out`` or ``--resume`` reuses a directory. ``foreign_cores`` and ``steal_cores`` say what else the
+machine ran during the window (:mod:`gpt_triton.measure.machine_load`; empty where unknown). A file an
+older version wrote with other columns is moved aside (``windows.<header digest>.csv``), not appended to.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +23,7 @@ from gpt_triton.core.measurements import WindowResult
 
 WINDOWS_FILE = "windows.csv"
 FIELDS = ("run_id", "stage", "candidate", "load", "round", "ended_utc", "duration_s", "requests", "errors",
-          "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput")
+          "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "foreign_cores", "steal_cores")
 
 # The round of a burn-in's windows (measure.burn_in_s): sent before a fresh server's first counted window,
 # counted in nothing, kept so that the transient they absorb can be read from a tune afterwards.
@@ -37,9 +40,14 @@ class WindowLog:
     def __init__(self, path: Path, run_id: str) -> None:
         self.path = path
         self.run_id = run_id
+        self._checked = False  # whether an existing file's columns were compared with FIELDS
+        self.counted: dict[str, list[WindowResult]] = {}  # by stage: what each stage's machine-load note reads
 
     def sink(self, stage: str) -> WindowSink:
         def write(candidate: str, load: str, round_no: int, result: WindowResult) -> None:
+            if round_no != int(BURN_IN_ROUND):
+                self.counted.setdefault(stage, []).append(result)
+            self._set_aside_other_columns()
             new = not self.path.exists() or self.path.stat().st_size == 0
             with self.path.open("a", newline="") as handle:  # one short append per window (~1 s apart)
                 writer = csv.writer(handle)
@@ -50,9 +58,26 @@ class WindowLog:
                     datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), f"{result.duration_s:.4f}",
                     result.requests, result.errors, f"{result.p50_ms:.4f}", f"{result.p90_ms:.4f}",
                     f"{result.p99_ms:.4f}", f"{result.mean_ms:.4f}", f"{result.throughput:.2f}",
+                    _cores(result.foreign_cores), _cores(result.steal_cores),
                 ])
 
         return write
+
+    def _set_aside_other_columns(self) -> None:
+        if self._checked:
+            return
+        self._checked = True
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        with self.path.open(newline="") as handle:
+            header = next(csv.reader(handle), [])
+        if tuple(header) != FIELDS:
+            digest = hashlib.sha256(",".join(header).encode()).hexdigest()[:8]
+            self.path.rename(self.path.with_name(f"{self.path.stem}.{digest}{self.path.suffix}"))
+
+
+def _cores(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
 
 
 def read_windows(path: Path, burn_in: bool = False) -> list[dict[str, str]]:

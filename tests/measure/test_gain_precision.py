@@ -12,6 +12,8 @@ from gpt_triton.measure.gain_precision import (
     next_check,
     precision_note,
     relative_half_width,
+    shortfall_note,
+    windows_to_reach,
 )
 
 
@@ -79,3 +81,27 @@ def test_checks_are_spaced_geometrically_or_by_the_projected_width() -> None:
         schedule.append(windows)
         windows = next_check(windows, found_at(0.2), 0.03)
     assert schedule == [3, 4, 5, 7, 9, 12, 15, 19, 24, 30, 38, 48, 60]  # 13 checks for 72 windows, not 70
+
+
+def at(windows: int, half_width: float) -> GainPrecision:
+    return GainPrecision(ratio=Interval(value=1.5, low=1.5 / (1 + half_width), high=1.5 * (1 + half_width)),
+                         half_width=half_width, windows=windows, reached=False, requests=(0, 0))
+
+
+def test_a_run_stopped_short_says_what_the_target_would_have_cost() -> None:
+    # +/-12% after 24 windows each: a quarter of the width needs 16 times the windows.
+    assert windows_to_reach(at(24, 0.12), 0.03) == 384
+    assert windows_to_reach(at(24, 0.02), 0.03) == 24  # already there: never fewer than it has
+    assert windows_to_reach(at(24, float("inf")), 0.03) is None
+    assert shortfall_note(at(24, 0.12), 0.03, 2.0) == (
+        "; at this spread +/-3.0% needs about 384 windows each, some 360 rounds (12 min) more")
+    assert shortfall_note(at(24, 0.06), 0.03, 1.5) == (
+        "; at this spread +/-3.0% needs about 96 windows each, some 72 rounds (108 s) more")
+    assert shortfall_note(at(24, 0.12), 0.03, None) == "; at this spread +/-3.0% needs about 384 windows each"
+    assert shortfall_note(at(24, float("inf")), 0.03, 2.0) == ""
+    stopped = precision_note("re-measure", ("b", "w"), at(24, 0.12), 0.03, "time budget", 2.0)
+    assert stopped.endswith("NOT reached (time budget): read the interval, not the point; at this spread "
+                            "+/-3.0% needs about 384 windows each, some 360 rounds (12 min) more")
+    reached = GainPrecision(ratio=Interval(value=1.5, low=1.49, high=1.51), half_width=0.01, windows=24,
+                            reached=True, requests=(0, 0))
+    assert "needs about" not in precision_note("re-measure", ("b", "w"), reached, 0.03, round_s=2.0)

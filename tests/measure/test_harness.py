@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -246,6 +247,9 @@ def test_remeasure_goes_on_with_the_pair_until_the_gain_is_known(delay_models: E
     assert len(results["other"].stats.windows) == 3
     assert sorted(cid for cid, _ in m.window_order[9:]) == ["base", "base", "win", "win"]  # only the pair goes on
     assert len(notes) == 1 and "NOT reached" in notes[0] and "after 5 windows each" in notes[0]
+    # ... and says what the target would have cost, timed by the pair's own rounds (two windows of >= 0.1 s)
+    shortfall = re.search(r"needs about (\d+) windows each, some (\d+) rounds \((\d+) (s|min)\) more$", notes[0])
+    assert shortfall is not None and int(shortfall[1]) > 5 and int(shortfall[2]) == int(shortfall[1]) - 5
     # A target the first windows already meet: nothing more runs.
     m = Measurer(delay_models.grpc_url, requests_x, spec(gain_precision=0.9, window_s=0.1), objective)
     notes = []

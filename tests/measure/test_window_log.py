@@ -53,3 +53,25 @@ def test_burn_in_rows_are_kept_but_read_only_when_asked(tmp_path: Path) -> None:
     sink("a", "concurrency=1", 1, result(2.0))
     assert [(r["candidate"], r["round"]) for r in read_windows(path)] == [("a", "1")]
     assert [(r["candidate"], r["round"]) for r in read_windows(path, burn_in=True)] == [("a", "0"), ("b", "0"), ("a", "1")]
+
+
+def test_each_window_keeps_the_machine_load_and_each_stage_its_counted_windows(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    log = WindowLog(path, "r")
+    sink = log.sink("remeasure")
+    sink("a", "concurrency=1", 0, result(1.5).model_copy(update={"foreign_cores": 0.9, "steal_cores": 0.0}))
+    sink("a", "concurrency=1", 1, result(2.0).model_copy(update={"foreign_cores": 0.25, "steal_cores": 0.01}))
+    sink("b", "concurrency=1", 1, result(2.0))  # a client that does not watch the machine: empty cells
+    rows = read_windows(path, burn_in=True)
+    assert [(r["foreign_cores"], r["steal_cores"]) for r in rows] == [("0.900", "0.000"), ("0.250", "0.010"), ("", "")]
+    assert [w.p99_ms for w in log.counted["remeasure"]] == [2.0, 2.0]  # the burn-in is counted in no stage
+
+
+def test_a_file_with_other_columns_is_set_aside_not_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    old = "run_id,stage,candidate,round,p99_ms\nbefore,search,a,1,2.0\n"  # what an older version wrote
+    path.write_text(old)
+    WindowLog(path, "now").sink("search")("a", "concurrency=1", 1, result(3.0))
+    aside = [p for p in tmp_path.iterdir() if p.name != "windows.csv"]
+    assert len(aside) == 1 and aside[0].name.startswith("windows.") and aside[0].read_text() == old
+    assert [r["run_id"] for r in read_windows(path)] == ["now"]

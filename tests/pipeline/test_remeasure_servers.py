@@ -52,9 +52,12 @@ def test_the_gain_is_pooled_over_the_servers_it_was_re_measured_on(tmp_path: Pat
         # the report's stats rest on both servers' windows, in the order run
         assert [w.p99_ms for w in stats.windows] == pytest.approx(on_each[0] + on_each[1], abs=1e-3)
     decisions = report.decisions
-    for server in (1, 2):  # each server burnt in, then measured its pair to the target (or the cap)
-        lines = [d for d in decisions if d.startswith(f"server {server} of 2: re-measure: ")]
-        assert len(lines) == 2 and lines[0].startswith(f"server {server} of 2: re-measure: burn-in: "), decisions
+    for server in (1, 2):  # each server burnt in, measured its pair to the target (or the cap), and said
+        lines = [d for d in decisions if d.startswith(f"server {server} of 2: re-measure: ")]  # what else ran
+        assert len(lines) == 3 and lines[0].startswith(f"server {server} of 2: re-measure: burn-in: "), decisions
+        windows_on_it = sum(r["stage"] == ("remeasure" if server == 1 else "remeasure-2") for r in rows)
+        assert lines[2].startswith(f"server {server} of 2: re-measure: other processes used ") \
+            and f"over its {windows_on_it} windows" in lines[2], lines
     # The burn-in's windows are in windows.csv (round 0) before each server's first counted window.
     every = read_windows(out / "windows.csv", burn_in=True)
     for stage in ("remeasure", "remeasure-2"):

@@ -155,6 +155,15 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         assert rounds[0] == "0" and "0" not in rounds[rounds.index("1"):]
         prefix = "finalists" if stage == "finalists-pair" else "re-measure"
         assert sum(d.startswith(f"{prefix}: burn-in: ") for d in report["decisions"]) == 1
+    # Every window says what else the machine ran meanwhile (the embedded Triton and the load generator are
+    # this run's own, so not in it), and the log says it beside the stages the gain comes from.
+    assert all(float(r["foreign_cores"]) >= 0 and float(r["steal_cores"]) >= 0 for r in every)
+    if "remeasure" in stages:
+        loads = [d for d in report["decisions"] if d.startswith("re-measure: other processes used ")]
+        windows_remeasured = sum(r["stage"] == "remeasure" for r in rows)
+        assert len(loads) == 1 and f" cores on average over its {windows_remeasured} windows " in loads[0], loads
+    if any(d.startswith("re-measure against the finalist run's estimate") for d in report["decisions"]):
+        assert any("during the finalist pair's windows" in d for d in report["decisions"])
     def p99s(stage: str, cid: str) -> list[float]:
         return [float(r["p99_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]
 
