@@ -14,6 +14,9 @@ Over many finished RUN_DIRs this prints:
 * what the target asks: the per-run standard error of the log gain at which |gap| <= 5% in 4 of 5
   tunes, given that unexplained part, and how many times the present windows that takes (the standard
   error falls as one over the square root of the windows).
+* where the run's windows.csv says what else the machine ran (``foreign_cores``), the cores other
+  processes used during the finalist pair's windows and during the re-measure's: a gap beyond the
+  intervals with one stage crowded is the machine's load, not the sampling;
 * for runs re-measured on several servers (``measure.remeasure_servers``): each server's ratio, and over
   all such runs whether the servers differ beyond their own intervals (Cochran's Q summed against
   chi-square) and the between-server sd of the log gain (the moment estimate pooled over the runs, which
@@ -33,8 +36,15 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpt_triton.core.measurements import ServerSpread, heterogeneity, log_standard_error  # noqa: E402
+from gpt_triton.core.measurements import (  # noqa: E402
+    ServerSpread,
+    WindowResult,
+    heterogeneity,
+    log_standard_error,
+)
 from gpt_triton.core.records import Gain  # noqa: E402
+from gpt_triton.measure.machine_load import machine_load  # noqa: E402
+from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows  # noqa: E402
 
 TARGET = 0.05  # |estimate / re-measure - 1|
 SHARE = 0.8  # in 4 of 5 tunes
@@ -64,6 +74,8 @@ def main() -> None:
         predicted.append(se)
         print(f"{run_dir.name}: estimate {gain.selection_estimate.value:.3f}, re-measured {gain.ratio.value:.3f}: "
               f"gap {100 * between.relative:+.1f}%, z {between.z:+.2f} (se of the log gap {se:.3f})")
+        if (loads := stage_loads(run_dir)) is not None:
+            print(f"    other processes: {loads}")
         if gain.servers is not None:
             spreads.append(gain.servers)
             print(f"    {gain.servers.describe()}")
@@ -92,6 +104,24 @@ def main() -> None:
     per_run = float(np.sqrt((allowed**2 - unexplained**2) / 2))
     print(f"target: the gap's root mean square must be <= {allowed:.3f}: each run's log-gain se <= {per_run:.3f} "
           f"(now {per_run_now:.3f}), about {(per_run_now / per_run) ** 2:.1f}x the windows of each run")
+
+
+def stage_loads(run_dir: Path) -> str | None:
+    """The finalist pair's and the re-measure's machine load from windows.csv; None before it had them."""
+    path = run_dir / WINDOWS_FILE
+    if not path.is_file():
+        return None
+    rows = [r for r in read_windows(path) if r.get("foreign_cores")]
+    parts = []
+    for stage, label in (("finalists-pair", "finalist pair"), ("remeasure", "re-measure")):
+        load = machine_load([WindowResult(duration_s=float(r["duration_s"]), requests=int(r["requests"]), errors=0,
+                                          throughput=0.0, p50_ms=0.0, p90_ms=0.0, p99_ms=0.0, mean_ms=0.0,
+                                          foreign_cores=float(r["foreign_cores"]),
+                                          steal_cores=float(r["steal_cores"] or 0.0))
+                             for r in rows if r["stage"] == stage])
+        if load is not None:
+            parts.append(f"{label} {load.mean_cores:.2f} cores ({load.crowded} of {load.windows} windows crowded)")
+    return "; ".join(parts) or None
 
 
 def between_servers_summary(spreads: list[ServerSpread]) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -23,11 +21,9 @@ from gpt_triton.measure.machine_load import (
     machine_load,
 )
 from gpt_triton.measure.perf_analyzer import load_client
+from gpt_triton.testing.co_tenant import co_tenant
 
 SPIN = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
-# Forks, and the child leaves: the grandchild spinning is nobody's descendant here, as another tenant's is.
-OUTSIDER = ("import os\nif os.fork():\n    os._exit(0)\nos.setsid()\nprint(os.getpid(), flush=True)\n"
-            "while True:\n    pass\n")
 
 
 def snap(at: float, busy: float, steal: float, own: float) -> CpuSnapshot:
@@ -73,20 +69,6 @@ def window(client: LoadClient) -> WindowResult:
     return client.window("unused:0", "m", [{}], LoadProfile(kind="concurrency", concurrency=1), 0.6).result
 
 
-@pytest.fixture
-def outsider() -> Iterator[int]:
-    """A process spinning on a core outside this run's process tree, until the test ends."""
-    started = subprocess.Popen([sys.executable, "-c", OUTSIDER], stdout=subprocess.PIPE, text=True)
-    assert started.stdout is not None
-    pid = int(started.stdout.readline())  # printed once it is on its own, just before it spins
-    started.wait()
-    try:
-        yield pid
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        started.stdout.close()
-
-
 def test_this_runs_own_work_is_not_counted_in_a_child_or_in_process() -> None:
     for in_child in (False, True):
         result = window(WatchedClient(Spinner(in_child)))
@@ -95,8 +77,9 @@ def test_this_runs_own_work_is_not_counted_in_a_child_or_in_process() -> None:
         assert result.steal_cores is not None and result.steal_cores >= 0
 
 
-def test_a_process_outside_the_run_is_counted(outsider: int) -> None:
-    crowded = window(WatchedClient(Spinner(in_child=False)))
+def test_a_process_outside_the_run_is_counted() -> None:
+    with co_tenant(1):
+        crowded = window(WatchedClient(Spinner(in_child=False)))
     assert crowded.foreign_cores is not None
     # The outsider has a core of its own on a 2-core machine (and a share of one on a busier one).
     assert crowded.foreign_cores > 0.5, crowded.foreign_cores
