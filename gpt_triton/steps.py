@@ -164,13 +164,18 @@ def pair_estimate(run: Run, pair_copies: Sequence[Candidate], pair: tuple[str, s
                                    deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
         run.budget.observe_windows(judge.objective_window_seconds)
         if (load := stage_load(run, ["finalists-pair"])) is not None:
-            notes.append(f"finalists: the pair's server: {load.describe()}")
+            notes.append(f"finalists: the pair's server: {_load_words(run, load)}")
         return found
 
 
 def stage_load(run: Run, stages: Sequence[str]) -> MachineLoad | None:
     """What else the machine ran during the counted windows of ``stages`` (windows.csv's stage names)."""
     return machine_load([w for stage in stages for w in run.windows.counted.get(stage, [])])
+
+
+def _load_words(run: Run, load: MachineLoad) -> str:
+    remote = " (the server at --triton-url is not this run's process: it counts among them)" if run.options.triton_url else ""
+    return load.describe() + remote
 
 
 def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None,
@@ -209,7 +214,7 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
                 per_server.append(measurer(run, server, advance, label, stage, seed=1_013 * index).remeasure(
                     contenders, (baseline.id, winner.id), notes, deadline))
                 if (load := stage_load(run, [label])) is not None:
-                    notes.append(f"re-measure: {load.describe()}")
+                    notes.append(f"re-measure: {_load_words(run, load)}")
         for line in notes:
             run.decide(line if servers == 1 else f"server {index + 1} of {servers}: {line}")
     win_value = objective_value(winner.latency, spec.objective)

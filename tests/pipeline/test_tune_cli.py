@@ -319,6 +319,9 @@ def test_tune_against_an_existing_server_uses_it_and_leaves_it_running(tmp_path:
         assert any(d.startswith("re-measure: 2 repetitions on the server at --triton-url, which is not restarted")
                    for d in report["decisions"])
         assert len(report["gain"]["servers"]["servers"]) == 2
+        # The server is not this run's process, so its CPU is among the "other processes": the log says so.
+        loads = [d for d in report["decisions"] if "re-measure: other processes used " in d]
+        assert len(loads) == 2 and all("the server at --triton-url is not this run's process" in d for d in loads)
     assert triton_server.client().is_server_live(), "a server given by --triton-url must keep running"
     loaded = {m.name for m in triton_server.client().get_model_repository_index().models if m.state == "READY"}
     assert not any(name.startswith("c_") for name in loaded), f"candidates left loaded: {loaded}"
