@@ -16,6 +16,7 @@ from gpt_triton.core.routes import Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import BuiltinClient
 from gpt_triton.measure.harness import Measurer
+from gpt_triton.measure.machine_load import WatchedClient
 from gpt_triton.measure.perf_analyzer import (
     ENV_BINARY,
     PerfAnalyzerClient,
@@ -67,7 +68,8 @@ def test_a_missing_binary_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tm
     assert find_perf_analyzer() is None
     with pytest.raises(GptTritonError, match="make perf-analyzer"):
         load_client("perf_analyzer")
-    assert isinstance(load_client("builtin"), BuiltinClient)
+    builtin = load_client("builtin")  # watched for the machine's load, as every client load_client makes
+    assert isinstance(builtin, WatchedClient) and isinstance(builtin.inner, BuiltinClient)
 
 
 @needs_binary
@@ -121,7 +123,7 @@ def test_the_harness_races_with_perf_analyzer_as_its_client(delay_models: Embedd
     spec = MeasureSpec(client="perf_analyzer", warmup_s=0.0, window_s=0.3, window_min_requests=5, min_windows=2,
                        max_windows=3, bootstrap_resamples=200)
     m = Measurer(delay_models.grpc_url, requests, spec, ObjectiveSpec(metric="p50"))
-    assert isinstance(m.client, PerfAnalyzerClient)
+    assert isinstance(m.client, WatchedClient) and isinstance(m.client.inner, PerfAnalyzerClient)
     run = m.measure([cand("fast", "measure_fast"), cand("slow", "measure_slow20")])
     by_id = {o.candidate_id: o for o in run.outcomes}
     fast, slow = by_id["fast"].latency[0], by_id["slow"].latency[0]

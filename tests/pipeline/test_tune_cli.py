@@ -6,6 +6,7 @@ a real tritonserver, tritonclient load, held-out acceptance, promotion into a re
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -389,13 +390,17 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
         deadline = time.monotonic() + 180
         server: psutil.Process | None = None
         while server is None and proc.poll() is None and time.monotonic() < deadline:
-            ready = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                     if p.name() == "triton_python_backend_stub"]  # a candidate is loaded: mid-run
-            if ready:
-                server = ready[0].parent()
+            names: dict[str, psutil.Process] = {}
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):  # one that ended between the listing and the read
+                    names.setdefault(p.name(), p)
+            # A candidate is loaded (a backend stub runs): mid-run. The server is found by its own name, not
+            # as the stub's parent: a stub seen while its launcher's shell still stands has 'sh' as parent.
+            if "triton_python_backend_stub" in names and "tritonserver" in names:
+                server = names["tritonserver"]
             else:
                 time.sleep(0.2)  # polling a condition with a deadline, not synchronising on time
-        assert server is not None and server.name() == "tritonserver", "the run never reached a loaded candidate"
+        assert server is not None, "the run never reached a loaded candidate"
         proc.send_signal(getattr(signal, signum))
         proc.wait(timeout=120)
     finally:
