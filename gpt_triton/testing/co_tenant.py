@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 # Forks, and the child leaves: the grandchild is nobody's descendant here, as another tenant's process
-# is not, and spins on a core until it is killed.
-_OUTSIDER = ("import os\nif os.fork():\n    os._exit(0)\nos.setsid()\nprint(os.getpid(), flush=True)\n"
-             "while True:\n    pass\n")
+# is not, and spins on a core until it is killed, or for LIFETIME_S at most, so that a test run killed
+# before its cleanup does not leave a core spinning for good.
+LIFETIME_S = 300
+_OUTSIDER = ("import os, time\nif os.fork():\n    os._exit(0)\nos.setsid()\nprint(os.getpid(), flush=True)\n"
+             f"end = time.monotonic() + {LIFETIME_S}\nwhile time.monotonic() < end:\n    pass\n")
 
 
 @contextmanager
