@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.p99_spread import served_pair  # noqa: E402
 from benchmarks.perf_analyzer_agreement import BUILDERS  # noqa: E402
-from gpt_triton.measure.machine_load import cores_between, cpu_snapshot  # noqa: E402
+from gpt_triton.measure.machine_load import cores_during  # noqa: E402
 from gpt_triton.testing.co_tenant import co_tenant  # noqa: E402
 
 PHASES = ("quiet", "crowded", "quiet again")
@@ -47,11 +48,10 @@ def one_run(model: Path, phase_s: float, cores: int, block: int) -> list[tuple[f
                 began = time.monotonic()
                 while time.monotonic() - began < phase_s:
                     for name in names:
-                        before = cpu_snapshot()
-                        latencies[name] += send(name, block, DISCARD)
-                        after = cpu_snapshot()
-                        if before is not None and after is not None and (cores_read := cores_between(before, after)):
-                            foreign.append(cores_read[0])
+                        sent, read = cores_during(partial(send, name, block, DISCARD))
+                        latencies[name] += sent
+                        if read is not None:
+                            foreign.append(read[0])
             a, b = (np.asarray(latencies[n]) for n in names)
             out.append((float(np.percentile(a, 99)), float(np.percentile(b, 99)),
                         float(np.median(a) / np.median(b)), float(np.mean(foreign)) if foreign else float("nan")))

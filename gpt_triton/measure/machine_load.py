@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import psutil
@@ -32,6 +33,8 @@ from gpt_triton.measure.driver import WindowSample
 
 BUSY_FIELDS = ("user", "nice", "system")  # what processes use (irq and softirq are nobody's; steal is not ours)
 CROWDED_CORES = 0.5  # a window in which other processes used more than this is counted as crowded
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,15 @@ def cores_between(before: CpuSnapshot, after: CpuSnapshot) -> tuple[float, float
     return others, max(0.0, after.steal_s - before.steal_s) / wall
 
 
+def cores_during(work: Callable[[], T]) -> tuple[T, tuple[float, float] | None]:
+    """``work()``'s result, and (other processes' cores, steal cores) while it ran (:func:`cores_between`);
+    None where the counters cannot be read."""
+    before = cpu_snapshot()
+    done = work()
+    after = cpu_snapshot()
+    return done, (cores_between(before, after) if before is not None and after is not None else None)
+
+
 class WatchedClient(LoadClient):
     """Any load client, with each window's machine load (:func:`cores_between`) on its result."""
 
@@ -86,11 +98,9 @@ class WatchedClient(LoadClient):
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
                metrics_url: str | None = None, seed: int = 0, payload_start: int = 0,
                settle_s: float = 0.0) -> WindowSample:
-        before = cpu_snapshot()
-        sample = self.inner.window(grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs,
-                                   metrics_url=metrics_url, seed=seed, payload_start=payload_start, settle_s=settle_s)
-        after = cpu_snapshot()
-        cores = cores_between(before, after) if before is not None and after is not None else None
+        sample, cores = cores_during(lambda: self.inner.window(
+            grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs, metrics_url=metrics_url,
+            seed=seed, payload_start=payload_start, settle_s=settle_s))
         if cores is not None:
             sample.result = sample.result.model_copy(update={"foreign_cores": cores[0], "steal_cores": cores[1]})
         return sample
