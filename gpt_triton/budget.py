@@ -89,11 +89,11 @@ class TimeBudget:
 
     def finalists_s(self, measured: int, more: Sequence[float] = ()) -> float:
         """The finalist stage's least cost: up to ``max_finalists`` contenders and the baseline, ``min_windows``
-        each, then (with ``gain_precision``) the selected pair on a server of its own, burnt in, ``min_windows`` each."""
+        each, then (with ``gain_precision``) the estimate's server, which costs what a re-measure server does."""
         m = self.spec.measure
         if m.finalists <= 0 or measured <= 1:
             return 0.0
-        pair = self.step_s(2, m.min_windows, more, burn_in=True) if rule_applies(m.gain_precision, self.spec.objective.metric) else 0.0
+        pair = self.remeasure_server_s(more) if rule_applies(m.gain_precision, self.spec.objective.metric) else 0.0
         return self.step_s(min(m.max_finalists, measured) + 1, m.min_windows, more) + pair
 
     def heldout_s(self) -> float:

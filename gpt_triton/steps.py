@@ -118,13 +118,15 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
     refined, pair = None, None
     if final.winner_id is not None and baseline is not None and final.winner_id != baseline:
         # Separated (or tied and broken) says who; the gain selection reports is then measured to
-        # measure.gain_precision with the selected candidate and the baseline alone on a fresh server.
+        # measure.gain_precision on a fresh server holding what the re-measure's will hold, in its design.
         # Not on this one: late in a server's life the selected candidate measured slower (its p99 rose
         # some 17% a minute), so the pair's windows after up to seven contenders' racing put the estimate
-        # 8% below the re-measure on average; a young server holding the pair is what the re-measure
-        # meets (docs/measurement.md, "The finalist stage against the re-measure").
+        # 8% below the re-measure on average; and a server holding the pair alone left the estimate 4.6%
+        # below the re-measure at 200 windows a side (docs/measurement.md, "One design for both").
         pair = (baseline, final.winner_id)
-        refined = pair_estimate(run, [c for c in copies if c.id in pair], pair, stage, objective, notes)
+        order = [final.winner_id, final.runner_up_id, baseline]  # the re-measure's contenders, in its order
+        design = [next(c for c in copies if c.id == cid) for cid in dict.fromkeys(o for o in order if o is not None)]
+        refined = pair_estimate(run, design, pair, stage, objective, notes)
     chosen_on_the_run = len(final.log)
     if refined is not None and pair is not None:
         final = after_refinement(final, pair[0], refined.ratio, refined.requests)
@@ -147,20 +149,21 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
     return final
 
 
-def pair_estimate(run: Run, pair_copies: Sequence[Candidate], pair: tuple[str, str], stage: MeasureSpec,
+def pair_estimate(run: Run, design: Sequence[Candidate], pair: tuple[str, str], stage: MeasureSpec,
                   objective: ObjectiveSpec, notes: list[str]) -> GainPrecision | None:
-    """The finalist stage's estimate: ``pair`` = (baseline, selected) alone on a fresh server, measured to
-    ``measure.gain_precision`` within the window cap and half of what the budget leaves beyond the
-    re-measure's least cost; None when the rule does not apply or a member would not load."""
+    """The finalist stage's estimate: ``design`` (the selected candidate, the runner-up, the baseline: what
+    the re-measure will hold) on a fresh server through the re-measure's design, ``pair`` = (baseline,
+    selected) measured to ``measure.gain_precision`` within the window cap and half of what the budget
+    leaves beyond the re-measure's least cost; None when the rule does not apply or a member would not load."""
     if not rule_applies(stage.gain_precision, objective.metric):  # no server started for nothing
         return None
-    with serve(run, pair_copies, "finalists-pair", "_p") as (server, loaded), \
+    with serve(run, design, "finalists-pair", "_p") as (server, loaded), \
             run.progress.bar("finalists: measuring the selected candidate against the baseline (windows)", None) as advance:
-        if len(loaded) != len(pair):
-            notes.append("finalists: the pair did not load on its own server: the estimate is the finalist run's")
+        if len(loaded) != len(design):
+            notes.append("finalists: the re-measure's candidates did not all load on the pair's server: the estimate is the finalist run's")
             return None
         judge = measurer(run, server, advance, "finalists-pair", stage, objective, seed=4_271)
-        found = judge.measure_pair(loaded, pair, notes, "finalists",
+        found = judge.measure_pair(design, pair, notes, "finalists",
                                    deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
         run.budget.observe_windows(judge.objective_window_seconds)
         if (load := stage_load(run, ["finalists-pair"])) is not None:

@@ -298,15 +298,22 @@ class Measurer:
 
     def measure_pair(self, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
                      doing: str = "finalists", deadline: float | None = None) -> GainPrecision | None:
-        """``pair`` = (baseline, selected) alone: the burn-in (:meth:`burn_in`), warm-ups and ``min_windows``
-        alternating rounds with fresh seeds, then on until their ratio is known (:meth:`_until_precise`);
-        None, measuring nothing, when the rule does not apply (``gain_precision`` 0, a throughput objective)."""
+        """The selection's estimate: ``candidates`` (the re-measure's, in its order) through the re-measure's
+        design (:meth:`_replicate`), so that the estimate and the re-measure are two runs of one design on
+        two fresh servers; its ratio for ``pair`` = (baseline, selected). None, measuring nothing, when the
+        rule does not apply (``gain_precision`` 0, a throughput objective)."""
         if not rule_applies(self.spec.gain_precision, self.objective.metric):
             return None
-        members = [c for c in candidates if c.id in pair]
-        self.burn_in(members, log, doing)
-        run = self._separate_run(members, self.spec.min_windows, False, doing)
-        return self._extend(run, candidates, pair, log, doing, deadline)
+        return self._replicate(candidates, pair, log, doing, deadline)[1]
+
+    def _replicate(self, candidates: Sequence[Candidate], pair: tuple[str, str] | None, log: list[str], doing: str,
+                   deadline: float | None) -> tuple[LoadRun, GainPrecision | None]:
+        """The burn-in (:meth:`burn_in`), ``remeasure_windows`` rounds of every candidate (A, B, C, A, ...:
+        the classic alternation, not shuffled) with fresh seeds, then ``pair`` alone until its ratio is
+        known (:meth:`_extend`)."""
+        self.burn_in(candidates, log, doing)
+        run = self._separate_run(candidates, self.spec.remeasure_windows, False, doing)
+        return run, (self._extend(run, candidates, pair, log, doing, deadline) if pair is not None else None)
 
     def _extend(self, run: LoadRun, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
                 doing: str, deadline: float | None) -> GainPrecision | None:
@@ -434,16 +441,10 @@ class Measurer:
 
     def remeasure(self, candidates: Sequence[Candidate], pair: tuple[str, str] | None = None,
                   log: list[str] | None = None, deadline: float | None = None) -> dict[str, RemeasureResult]:
-        """A separate interleaved run (A, B, C, A, ...) of ``spec.remeasure_windows`` windows each at the
-        objective's load, with fresh seeds, after the burn-in (:meth:`burn_in`); the basis for the gain's
-        interval. With ``pair`` = (baseline, winner) the two go on until their ratio is known to
-        ``gain_precision`` (or the window cap, or ``deadline``: the ``remeasure_windows`` always run); the
-        decision lines go to ``log``."""
-        log = log if log is not None else []
-        self.burn_in(candidates, log, "re-measure")
-        # A, B, C, A, B, C: the classic alternation, not shuffled
-        run = self._separate_run(candidates, self.spec.remeasure_windows, False, "re-measuring")
+        """A separate run of :meth:`_replicate`'s design at the objective's load, with fresh seeds; the basis
+        for the gain's interval. With ``pair`` = (baseline, winner) the two go on until their ratio is known
+        to ``gain_precision`` (or the window cap, or ``deadline``: the ``remeasure_windows`` always run);
+        the decision lines go to ``log``."""
+        run, _ = self._replicate(candidates, pair, log if log is not None else [], "re-measure", deadline)
         load = self.spec.loads[self.objective.load_index]
-        if pair is not None:
-            self._extend(run, candidates, pair, log, "re-measure", deadline)
         return {cid: remeasure_result(load, samples, self.spec, self.seed) for cid, samples in run.samples.items()}

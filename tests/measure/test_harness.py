@@ -280,18 +280,21 @@ def test_every_counted_window_is_reported_as_it_ends(delay_models: EmbeddedTrito
 
 
 @pytest.mark.slow
-def test_measure_pair_measures_the_selected_pair_alone(delay_models: EmbeddedTriton, requests_x: list) -> None:
+def test_measure_pair_runs_the_remeasure_design(delay_models: EmbeddedTriton, requests_x: list) -> None:
+    """The estimate's run is the re-measure's design: every candidate given in its order (A, B, C) for
+    remeasure_windows rounds, then the pair alone until the stop rule or the cap."""
     base, fast, slow = cand("base", "measure_slow20"), cand("fast", "measure_fast"), cand("slow", "measure_slow30")
     base.is_baseline = True
-    kw = dict(warmup_s=0.0, window_s=0.1, min_windows=3, max_windows=3, racing=False, gain_precision=1e-6,
-              gain_max_windows=5)
+    kw = dict(warmup_s=0.0, window_s=0.1, min_windows=2, max_windows=3, racing=False, gain_precision=1e-6,
+              gain_max_windows=5, remeasure_windows=3)
     m = Measurer(delay_models.grpc_url, requests_x, spec(**kw), ObjectiveSpec(metric="p50"))
     notes: list[str] = []
-    found = m.measure_pair([base, fast, slow], ("base", "fast"), notes)
-    # min_windows 3 rounds of the pair (no warm-ups: warmup_s 0), then two more rounds up to gain_max_windows
-    # 5 each; the third candidate is never measured.
-    assert m.windows_run == 3 * 2 + 2 * 2
-    assert {cid for cid, _ in m.window_order} == {"base", "fast"}
+    found = m.measure_pair([fast, slow, base], ("base", "fast"), notes)
+    # remeasure_windows 3 rounds of all three in the order given (no warm-ups: warmup_s 0; min_windows
+    # plays no part), then two more rounds of the pair up to gain_max_windows 5 each.
+    assert m.windows_run == 3 * 3 + 2 * 2
+    assert [cid for cid, _ in m.window_order[:9]] == ["fast", "slow", "base"] * 3
+    assert {cid for cid, _ in m.window_order[9:]} == {"base", "fast"}
     assert found is not None and found.windows == 5 and not found.reached
     assert found.ratio.low > 5  # 20 ms against ~0
     assert len(notes) == 1 and notes[0].startswith("finalists: base/fast ratio") and "NOT reached" in notes[0]
@@ -359,13 +362,13 @@ def test_the_burn_in_comes_before_any_counted_window_and_counts_in_nothing(delay
     # The counted windows are what they were without it: 3 each, and only they are in the window order.
     assert all(len(r.stats.windows) == 3 for r in results.values()) and len(m.window_order) == 9
     assert m.windows_run == first_counted + 3 + 9  # the burn-in's windows, 3 warm-ups, 9 counted
-    # The pair's server: only the pair is burnt in.
+    # The estimate's server has the re-measure's design: every candidate on it is burnt in.
     reported.clear()
     pair = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=0.3, window_s=0.2, gain_precision=0.9),
                     ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res: reported.append((c, r, res.requests)))
     notes = []
-    assert pair.measure_pair([base, win, other], ("base", "win"), notes) is not None
-    assert {c for c, r, _ in reported if r == 0} == {"base", "win"} and notes[0].startswith("finalists: burn-in: ")
+    assert pair.measure_pair([win, other, base], ("base", "win"), notes) is not None
+    assert {c for c, r, _ in reported if r == 0} == {"base", "win", "other"} and notes[0].startswith("finalists: burn-in: ")
     # A member not deployed fails the step before the burn-in sends anything.
     early = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=5.0, gain_precision=0.9), ObjectiveSpec(metric="p50"))
     with pytest.raises(GptTritonError, match="candidate other is not deployed: deploy it before finalists"):
