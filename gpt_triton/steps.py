@@ -85,7 +85,7 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
     (default ``max_windows``) windows each: racing drops those clearly slower; it ends when the rest are separated, or cannot be
     separated within the budget (a tie that holds). Selection then orders the contenders and judges
     their ties on that run's drift model and the search's pooled (:func:`select_finalists`). The gain it
-    estimates is the selected candidate and the baseline measured alone on a fresh server
+    estimates comes from another fresh server run in the re-measure's design
     (:func:`pair_estimate`), or with ``gain_precision`` 0 that run's. Returns the search's selection
     unchanged when there is nothing to re-judge (``measure.finalists: 0``, no winner, or a single contender)."""
     spec = run.spec.measure
