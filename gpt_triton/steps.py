@@ -124,8 +124,9 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         # 8% below the re-measure on average; and a server holding the pair alone left the estimate 4.6%
         # below the re-measure at 200 windows a side (docs/measurement.md, "One design for both").
         pair = (baseline, final.winner_id)
-        order = [final.winner_id, final.runner_up_id, baseline]  # the re-measure's contenders, in its order
-        design = [next(c for c in copies if c.id == cid) for cid in dict.fromkeys(o for o in order if o is not None)]
+        by_id = {c.id: c for c in copies}
+        runner_up = by_id[final.runner_up_id] if final.runner_up_id is not None else None
+        design = remeasure_order(by_id[final.winner_id], runner_up, by_id[baseline])
         refined = pair_estimate(run, design, pair, stage, objective, notes)
     chosen_on_the_run = len(final.log)
     if refined is not None and pair is not None:
@@ -171,6 +172,14 @@ def pair_estimate(run: Run, design: Sequence[Candidate], pair: tuple[str, str], 
         return found
 
 
+def remeasure_order(winner: Candidate, runner_up: Candidate | None, baseline: Candidate) -> list[Candidate]:
+    """What the re-measure's server holds, in its A, B, C order; the estimate's server holds the same, so that
+    the two stages are one design (a runner-up that is the winner or the baseline is not added twice)."""
+    if runner_up is None or runner_up.id in (winner.id, baseline.id):
+        return [winner, baseline]
+    return [winner, runner_up, baseline]
+
+
 def stage_load(run: Run, stages: Sequence[str]) -> MachineLoad | None:
     """What else the machine ran during the counted windows of ``stages`` (windows.csv's stage names)."""
     return machine_load([w for stage in stages for w in run.windows.counted.get(stage, [])])
@@ -192,9 +201,7 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     ``estimate_interval`` (the finalist run's refined pair) the log says whether the two runs' gap is
     within what both widths allow."""
     spec = run.spec
-    contenders = [winner, baseline]
-    if runner_up is not None and runner_up.id not in (winner.id, baseline.id):
-        contenders.insert(1, runner_up)
+    contenders = remeasure_order(winner, runner_up, baseline)
     servers = spec.measure.remeasure_servers
     # Each server's pair to sqrt(servers) times the target: pooled, about the target (when they agree).
     stage = spec.measure.model_copy(update={"gain_precision": spec.measure.gain_precision * math.sqrt(servers)})
