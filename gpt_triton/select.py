@@ -23,6 +23,7 @@ from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.quantiles import requests_needed
 from gpt_triton.measure.runs import RemeasureResult, remeasure_result
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
+from gpt_triton.measure.tail_edge import tail_edge
 
 
 class Selection(BaseModel):
@@ -281,4 +282,5 @@ def gain_over_servers(
         found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate, ratio)
         found.servers = spread
     found.remeasured_baseline, found.remeasured_winner = baseline.stats, winner.stats
+    found.tail = tail_edge(baseline.window_latencies_ms, winner.window_latencies_ms, objective.metric)
     return found

@@ -242,12 +242,16 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     )
     if found.servers is not None:
         run.decide(f"re-measure over servers: {found.servers.describe()}")
+    if found.tail is not None:
+        run.decide(f"re-measure: tail: {found.tail.describe()}")
     if (between := found.between_runs()) is not None:
         # Whether the machine was as busy in both: a gap beyond the intervals with one stage crowded is
         # the machine's load, not the sampling (gpt_triton/measure/machine_load.py).
         loads = stage_load(run, ["finalists-pair"]), stage_load(run, [_remeasure_stage(i)[0] for i in range(servers)])
+        edge = "" if between.agree or found.tail is None or not found.tail.edge else \
+            f"; the {found.metric} sits at the edge of a slow cluster, where a run's share of slow requests moves it (tail line)"
         run.decide(f"re-measure against the finalist run's estimate: {between.describe()}"
-                   f"{load_contrast(*loads, ('finalist pair', 're-measure'))}")
+                   f"{load_contrast(*loads, ('finalist pair', 're-measure'))}{edge}")
     return found
 
 

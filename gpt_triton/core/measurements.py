@@ -92,6 +92,58 @@ class ServerSpread(BaseModel):
         return f"{len(self.servers)} servers: {each}; {spread}"
 
 
+class TailShape(BaseModel):
+    """One side's tail around a quantile objective, over every request of its windows
+    (gpt_triton/measure/tail_edge.py): the quantile, its neighbours, and how many requests were slow."""
+
+    below: float  # ms at the quantile one tail-width below (p98 for a p99)
+    at: float  # ms at the objective's quantile
+    above: float  # ms half a tail-width above (p99.5 for a p99)
+    slow_share: float  # fraction of requests slower than SLOW_FACTOR x their own window's median
+    slow_windows: int  # windows holding more slow requests than the quantile's tail: their own quantile is a slow one
+    windows: int
+
+    @property
+    def spread(self) -> float:
+        """above / below: near 1 in the body of a distribution, large where the quantile sits at an edge."""
+        return self.above / self.below if self.below > 0 else float("inf")
+
+
+class TailEdge(BaseModel):
+    """Whether a quantile gain sits at the edge of a slow cluster, on either side of the pair."""
+
+    metric: str  # the objective: p99 (or p90)
+    neighbours: tuple[str, str]  # the quantiles either side, named: ("p98", "p99.5")
+    baseline: TailShape
+    winner: TailShape
+    below_ratio: float  # baseline / winner at the lower neighbour
+    above_ratio: float  # ... at the upper one
+    edge_spread: float  # the spread at or above which a side is at an edge
+
+    @property
+    def edge(self) -> bool:
+        return max(self.baseline.spread, self.winner.spread) >= self.edge_spread
+
+    def describe(self) -> str:
+        low, high = self.neighbours
+        shapes = "; ".join(f"{side} {s.below:.3g} / {s.at:.3g} / {s.above:.3g} ms" for side, s in
+                           (("baseline", self.baseline), ("winner", self.winner)))
+        spread = max(self.baseline.spread, self.winner.spread)
+        head = f"{low} / {self.metric} / {high}: {shapes} ({high}/{low} up to {spread:.2f})"
+        if not self.edge:
+            return f"{head}: the {self.metric} is in the body of both distributions"
+        slow = " and ".join(f"{100 * s.slow_share:.2f}%" for s in (self.baseline, self.winner))
+        lifted = " and ".join(f"{s.slow_windows} of {s.windows}" for s in (self.baseline, self.winner))
+        return (f"{head}: the {self.metric} sits at the EDGE of a slow cluster. {slow} of the requests ran over "
+                f"{SLOW_FACTOR:g}x their window's median, enough in {lifted} windows to lift that window's own "
+                f"{self.metric} into the cluster; a small change in that share moves the {self.metric} a lot, so "
+                f"another run can differ by more than this interval says. The gain is {self.below_ratio:.3f} at {low} "
+                f"and {self.above_ratio:.3f} at {high}")
+
+
+SLOW_FACTOR = 1.4  # a request is slow above this multiple of its window's median (the ResNet episodes: ~1.8x)
+
+
 def _log_scale(per_server: Sequence[Interval]) -> tuple[np.ndarray, np.ndarray]:
     """Each interval's log value and the variance of it that its width implies."""
     if not per_server:

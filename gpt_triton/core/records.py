@@ -18,6 +18,7 @@ from gpt_triton.core.measurements import (
     ObjectiveContrasts,
     RatioGap,
     ServerSpread,
+    TailEdge,
     ratio_gap,
 )
 from gpt_triton.core.model_info import ModelInfo
@@ -94,6 +95,9 @@ class Gain(BaseModel):
     # With measure.remeasure_servers > 1: each server's own ratio and their spread; ``ratio`` is then pooled
     # over them (core.measurements.between_servers), the stats above over every server's windows.
     servers: ServerSpread | None = None
+    # The pair's tails around a p90/p99 objective over the re-measure's requests: whether the quantile sits at
+    # the edge of a slow cluster, where the gain moves with the machine (gpt_triton/measure/tail_edge.py).
+    tail: TailEdge | None = None
 
     def between_runs(self) -> RatioGap | None:
         """The selection estimate against this re-measure, when the finalist run gave it an interval."""

@@ -55,6 +55,8 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
         if gain.servers is not None:
             text += f"; pooled over {gain.servers.describe()}"
         lines.append(("re-measured gain", text))
+        if gain.tail is not None and gain.tail.edge:  # the gain is this run's, at its share of slow requests
+            lines.append(("tail", gain.tail.describe()))
     else:
         lines.append(("re-measured gain", "not measured"))
     if winner is not None and winner == baseline:

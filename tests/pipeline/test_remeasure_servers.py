@@ -86,6 +86,9 @@ def test_the_gain_is_pooled_over_the_servers_it_was_re_measured_on(tmp_path: Pat
         assert rounds[0] == "0" and "0" not in rounds[rounds.index("1"):]
     assert any(d.startswith("re-measured on 2 fresh servers, interleaved: ") for d in decisions)
     assert f"re-measure over servers: {gain.servers.describe()}" in decisions
+    # the pair's tails around the p99 over both servers' requests, said whether or not at an edge
+    assert gain.tail is not None and f"re-measure: tail: {gain.tail.describe()}" in decisions
+    assert gain.tail.baseline.windows == len(gain.remeasured_baseline.windows)
     assert "pooled over 2 servers: " in dict(verdict_lines(report))["re-measured gain"]
     summary = run_summary(report)["gain"]
     assert summary["servers"] == 2 and summary["between_server_sd"] == gain.servers.between_sd
