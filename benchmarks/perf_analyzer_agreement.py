@@ -51,6 +51,7 @@ from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.measure.stats import window_ratio_interval
+from gpt_triton.measure.tail_edge import tail_shape
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 
@@ -148,15 +149,17 @@ def paired_interval(results: Results, fn: Callable[[Results, np.ndarray], float]
     return point, float(low), float(high)
 
 
-def tail_shape(values: np.ndarray) -> str:
-    """Where the p99 sits in the tail: the quantiles around it and the share of requests slower than
-    1.4 x the median. On the ResNet CNN (2026-12-06) about 1% of requests ran 1.5-1.8 x slower in
-    clusters, so the p99 fell at the edge of that cluster and moved with how many a window caught; whether
-    perf_analyzer's requests show the same cluster says whether it is the server's or the client's."""
-    p50, p98, p99, p995 = np.percentile(values, [50, 98, 99, 99.5])
-    slow = float(np.mean(values > 1.4 * p50))
-    return (f"tail p98 {p98:7.3f} p99 {p99:7.3f} p99.5 {p995:7.3f} ms; {100 * slow:.2f}% of requests "
-            f"slower than 1.4 x the median")
+def tail_line(samples: list[WindowSample]) -> str:
+    """Where the p99 sits in the tail (gpt_triton/measure/tail_edge.py, as the tuner's re-measure says it): the
+    quantiles around it, the share of requests slower than 1.4 x their window's median, and the windows that
+    held enough of them to lift their own p99. Whether perf_analyzer's requests show the same slow cluster as
+    the built-in client's says whether it is the server's or the client's."""
+    shape = tail_shape([s.latencies_ms for s in samples], 0.99)
+    if shape is None:
+        return "tail: no requests"
+    return (f"tail p98 {shape.below:7.3f} p99 {shape.at:7.3f} p99.5 {shape.above:7.3f} ms (spread {shape.spread:.2f}); "
+            f"{100 * shape.slow_share:.2f}% of requests slower than 1.4 x their window's median, lifting "
+            f"{shape.slow_windows} of {shape.windows} windows' own p99")
 
 
 def verdict(point: float, low: float, high: float) -> str:
@@ -184,7 +187,7 @@ def report(label: str, results: Results) -> None:
             print(f"{client:13s} {role:8s} client p50 {np.percentile(values, 50):7.3f} ms, mean {mean:7.3f} ms; "
                   f"server-side mean {served:7.3f} ms -> client overhead {mean - served:6.3f} ms per request "
                   f"({100 * (mean / served - 1):.1f}% of the server's time)")
-            print(f"{client:13s} {role:8s} {tail_shape(values)}")
+            print(f"{client:13s} {role:8s} {tail_line(samples)}")
     if "builtin" not in results or "perf_analyzer" not in results:
         return
     print("paired by round (bootstrap over rounds, 95%):")
