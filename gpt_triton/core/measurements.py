@@ -92,6 +92,9 @@ class ServerSpread(BaseModel):
         return f"{len(self.servers)} servers: {each}; {spread}"
 
 
+SLOW_FACTOR = 1.4  # a request is slow above this multiple of its window's median (the ResNet episodes: ~1.8x)
+
+
 class TailShape(BaseModel):
     """One side's tail around a quantile objective, over every request of its windows
     (gpt_triton/measure/tail_edge.py): the quantile, its neighbours, and how many requests were slow."""
@@ -139,9 +142,6 @@ class TailEdge(BaseModel):
                 f"{self.metric} into the cluster; a small change in that share moves the {self.metric} a lot, so "
                 f"another run can differ by more than this interval says. The gain is {self.below_ratio:.3f} at {low} "
                 f"and {self.above_ratio:.3f} at {high}")
-
-
-SLOW_FACTOR = 1.4  # a request is slow above this multiple of its window's median (the ResNet episodes: ~1.8x)
 
 
 def _log_scale(per_server: Sequence[Interval]) -> tuple[np.ndarray, np.ndarray]:
