@@ -38,6 +38,16 @@ def test_a_p99_at_the_clusters_edge_is_flagged_and_one_in_the_body_is_not() -> N
     assert edge.below_ratio == pytest.approx(20.0 / 11.0, rel=0.05)  # the p98 stays in the body
     text = edge.describe()
     assert "EDGE of a slow cluster" in text and "8 of 24" in text and "at p98" in text and "at p99.5" in text
+    assert "in some windows and not others: episodes" in text
+    # Slow requests in every window (a steady long tail, as conv_attention's at ~1.5 ms in make demo) read as such.
+    def scattered(median_ms: float) -> list[np.ndarray]:  # 7 of each window's 500 requests at 1.8x, anywhere
+        out = [rng.lognormal(np.log(median_ms), 0.05, 500) for _ in range(24)]
+        for lat in out:
+            lat[rng.choice(500, 7, replace=False)] *= 1.8
+        return out
+
+    steady = tail_edge(scattered(20.0), scattered(11.0), "p99")
+    assert steady is not None and steady.edge and "a steady long tail" in steady.describe()
     quiet = tail_edge(_windows(rng, 20.0, 0), _windows(rng, 11.0, 0), "p99")
     assert quiet is not None and not quiet.edge and quiet.baseline.slow_windows == 0
     assert max(quiet.baseline.spread, quiet.winner.spread) < 1.1
