@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt_triton.core.measurements import LoadProfile, log_standard_error
+from gpt_triton.core.measurements import SLOW_FACTOR, LoadProfile, log_standard_error
 from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import Artifact, Route
@@ -158,7 +158,7 @@ def tail_line(samples: list[WindowSample]) -> str:
     if shape is None:
         return "tail: no requests"
     return (f"tail p98 {shape.below:7.3f} p99 {shape.at:7.3f} p99.5 {shape.above:7.3f} ms (spread {shape.spread:.2f}); "
-            f"{100 * shape.slow_share:.2f}% of requests slower than 1.4 x their window's median, lifting "
+            f"{100 * shape.slow_share:.2f}% of requests slower than {SLOW_FACTOR:g} x their window's median, lifting "
             f"{shape.slow_windows} of {shape.windows} windows' own p99")
 
 

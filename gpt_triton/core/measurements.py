@@ -125,15 +125,19 @@ class TailEdge(BaseModel):
     edge_spread: float  # the spread at or above which a side is at an edge
 
     @property
+    def spread(self) -> float:
+        """The larger of the two sides' spreads: the edge is either side's."""
+        return max(self.baseline.spread, self.winner.spread)
+
+    @property
     def edge(self) -> bool:
-        return max(self.baseline.spread, self.winner.spread) >= self.edge_spread
+        return self.spread >= self.edge_spread
 
     def describe(self) -> str:
         low, high = self.neighbours
         shapes = "; ".join(f"{side} {s.below:.3g} / {s.at:.3g} / {s.above:.3g} ms" for side, s in
                            (("baseline", self.baseline), ("winner", self.winner)))
-        spread = max(self.baseline.spread, self.winner.spread)
-        head = f"{low} / {self.metric} / {high}: {shapes} ({high}/{low} up to {spread:.2f})"
+        head = f"{low} / {self.metric} / {high}: {shapes} ({high}/{low} up to {self.spread:.2f})"
         if not self.edge:
             return f"{head}: the {self.metric} is in the body of both distributions"
         slow = " and ".join(f"{100 * s.slow_share:.2f}%" for s in (self.baseline, self.winner))

@@ -55,7 +55,7 @@ def run_summary(report: RunReport) -> dict[str, Any]:
             "servers": 1 if gain.servers is None else len(gain.servers.servers),
             "between_server_sd": None if gain.servers is None else gain.servers.between_sd,
             "tail_edge": None if gain.tail is None else gain.tail.edge,
-            "tail_spread": None if gain.tail is None else max(gain.tail.baseline.spread, gain.tail.winner.spread),
+            "tail_spread": None if gain.tail is None else gain.tail.spread,
         },
         "heldout": None if heldout is None else {
             "passed": heldout.passed, "requests": heldout.requests, "exceedances": heldout.exceedances,
