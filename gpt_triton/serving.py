@@ -11,7 +11,9 @@ from collections.abc import Iterator, Sequence
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec, TuneSpec
 from gpt_triton.deploy import deploy_candidates, unload_candidates, unservable_runtimes
+from gpt_triton.measure.crowding import RepeatCrowded
 from gpt_triton.measure.harness import Measurer
+from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.routes import FAMILIES
 from gpt_triton.run import Advance, Run
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
@@ -70,9 +72,15 @@ def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
     spec = run.spec
     measure = measure or spec.measure
     metrics_url = server.metrics_url if measure.scrape_metrics else None
+    http_url = server.http_url or None
+    client = load_client(measure.client, spec.measure.client_processes, measure.protocol, http_url)
+    if server.mode == "embedded" and measure.repeat_crowded > 0:
+        # A remote server's own CPU is among the "other processes" (gpt_triton/measure/crowding.py).
+        client = RepeatCrowded(client, measure.repeat_crowded)
     return Measurer(server.grpc_url, run.tuning.inputs, measure, objective or spec.objective,
-                    metrics_url=metrics_url, progress=advance, processes=spec.measure.client_processes,
-                    seed=seed, http_url=server.http_url or None, on_window=run.windows.sink(stage))
+                    metrics_url=metrics_url, progress=advance, processes=spec.measure.client_processes, seed=seed,
+                    client=client, http_url=http_url,
+                    on_window=run.windows.sink(stage))
 
 
 def unusable_families(spec: TuneSpec, server: TritonServer) -> dict[str, str]:

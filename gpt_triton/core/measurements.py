@@ -229,6 +229,7 @@ class WindowResult(BaseModel):
     rate_held: bool | None = None  # open-loop: achieved >= 98% of target, send lag p99 <= 20 ms, not growing
     foreign_cores: float | None = None  # cores other processes used meanwhile (gpt_triton/measure/machine_load.py)
     steal_cores: float | None = None  # cores the hypervisor took from this machine meanwhile
+    set_aside: str | None = None  # why it was measured again instead of counted (gpt_triton/measure/crowding.py)
 
 
 class LatencyStats(BaseModel):

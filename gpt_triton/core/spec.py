@@ -109,6 +109,10 @@ class MeasureSpec(_Strict):
     # model alone: each model's own traffic settles it, so gains measured inside it overstated the steady
     # state (benchmarks/server_age.py). 0: none.
     burn_in_s: Annotated[float, Field(ge=0)] = 30.0
+    # A counted window in which other processes used more CPU than usual is set aside and measured again (up to
+    # five times in a row), up to this share of the counted windows (8 at least): two crowded windows of 24 can
+    # hold a pooled p99 (gpt_triton/measure/crowding.py). On the embedded server only. 0: every window counted.
+    repeat_crowded: Annotated[float, Field(ge=0, le=1)] = 0.25
 
     @model_validator(mode="after")
     def _window_counts(self) -> MeasureSpec:

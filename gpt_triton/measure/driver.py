@@ -35,6 +35,8 @@ class WindowSample:
     latencies_ms: np.ndarray  # per successful request; open loop: from the scheduled send time
     send_lags_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))  # open loop only
     first_error: str | None = None
+    # Windows measured before this one in its place and not counted (gpt_triton/measure/crowding.py)
+    set_aside: list[WindowResult] = field(default_factory=list)
 
 
 def run_window(

@@ -28,6 +28,7 @@ from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.burn_in import burn_in
 from gpt_triton.measure.clients import LoadClient
+from gpt_triton.measure.crowding import set_aside_note
 from gpt_triton.measure.gain_precision import (
     GainPrecision,
     gain_precision,
@@ -38,20 +39,16 @@ from gpt_triton.measure.gain_precision import (
 from gpt_triton.measure.loadgen import WindowSample, pinned
 from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.measure.quantiles import sizing_note, window_requests
+from gpt_triton.measure.race_step import race_step
 from gpt_triton.measure.racing import (
     RaceWindow,
     contrasts_from_fit,
     drift_fit,
-    race_alpha,
-    race_round,
     window_log_stat,
 )
 from gpt_triton.measure.runs import LoadRun, MeasureRun, RemeasureResult, dedupe_key, remeasure_result
-from gpt_triton.measure.stats import window_bootstrap_interval
 from gpt_triton.measure.window_log import WindowSink
 from gpt_triton.measure.windows import is_stable, summarise
-
-RACING_RESAMPLES = 1000  # the SLO drop reads extreme quantiles (Bonferroni levels); final stats use the spec's
 
 # When a stage should end (monotonic), or a function giving it: the search's moves as the run learns how
 # long its windows take. None: no time budget.
@@ -110,6 +107,9 @@ class Measurer:
         # Wall seconds of every window at the objective's load (warm-ups excluded): what the run's time
         # budget plans the later stages with (gpt_triton.budget).
         self.objective_window_seconds: list[float] = []
+        # Counted windows, and those measured again in their place (gpt_triton/measure/crowding.py), in order.
+        self.counted: list[WindowResult] = []
+        self.set_aside: list[WindowResult] = []
 
     @property
     def tail_metric(self) -> str:
@@ -137,14 +137,18 @@ class Measurer:
             metrics_url=self.metrics_url, seed=self.seed * 1_000_003 + self._windows_run,
             payload_start=self._windows_run * 131, settle_s=self.spec.settle_s,
         )
+        self._windows_run += len(sample.set_aside)  # measured again in its place (gpt_triton/measure/crowding.py)
         if min_requests > 0 and load == self.spec.loads[self.objective.load_index]:
             self.objective_window_seconds.append(time.monotonic() - began)
         return sample
 
     def _window_done(self, cid: str, load: LoadProfile, round_no: int, sample: WindowSample) -> None:
         res = sample.result
+        self.set_aside.extend(sample.set_aside)
+        self.counted.append(res)
         if self.on_window is not None:
-            self.on_window(cid, load.label(), round_no, res)
+            for done in [*sample.set_aside, res]:
+                self.on_window(cid, load.label(), round_no, done)
         self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
                       f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
 
@@ -162,33 +166,6 @@ class Measurer:
             value, var = window_log_stat(sample.latencies_ms, self.objective.metric,
                                          seed=self.seed * 7919 + self._windows_run)
             run.windows.append(RaceWindow(cid, round_no, value, var))
-
-    def _race(self, run: LoadRun, log: list[str], max_windows: int, done: set[str]) -> bool:
-        """Drop the contenders clearly worse than the leader; True when the rest cannot be separated
-        within ``max_windows`` (racing is futile: stop and let selection declare the tie)."""
-        contenders = [cid for cid in run.samples if cid not in run.dropped and cid not in run.failed]
-        alpha = race_alpha(self.spec.confidence, len(run.samples), self.spec.max_windows)
-        slo = self.objective.slo_p99_ms
-        if self.objective.metric == "throughput" and slo is not None:
-            for cid in list(contenders):
-                windows = [s.latencies_ms for s in run.samples[cid] if s.latencies_ms.size]
-                if not windows:
-                    continue
-                p99 = window_bootstrap_interval(windows, "p99", 1.0 - 2.0 * alpha, RACING_RESAMPLES)
-                if p99.low > slo:
-                    run.dropped[cid] = f"p99 {p99.value:.3g} ms [{p99.low:.3g}, {p99.high:.3g}] clearly above the SLO {slo:g} ms"
-                    self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
-                    contenders.remove(cid)
-        state = race_round(run.windows, contenders, alpha, max_windows=max_windows, frozen=frozenset(done))
-        if state is None:
-            return False
-        metric = "1/throughput" if self.objective.metric == "throughput" else self.objective.metric
-        for cid in [c for c, v in state.verdicts.items() if v.drop]:
-            run.dropped[cid] = state.drop_note(cid, metric, alpha)
-            self._say(log, f"racing: dropped {cid}: {run.dropped[cid]}")
-        if state.futile:
-            self._say(log, f"racing: {state.futile_note(max_windows)}")
-        return state.futile
 
     def _interleave(self, models: dict[str, str], load: LoadProfile, racing: bool, min_windows: int,
                     max_windows: int, stop_when_stable: bool, log: list[str], shuffle: bool = True,
@@ -229,7 +206,7 @@ class Measurer:
                 self._record(run, cid, round_no, sample)
                 self._window_done(cid, load, round_no, sample)
             if racing and round_no >= self.race_after:
-                futile = self._race(run, log, max_windows, done)
+                futile = race_step(run, self.spec, self.objective, max_windows, done, lambda m: self._say(log, m))
                 left = [c for c in models if c not in run.dropped and c not in run.failed]
                 if len(left) == 1 and len(run.samples) > 1 and left[0] not in done:
                     done.add(left[0])  # separated from every other candidate: nothing left to compare
@@ -312,8 +289,19 @@ class Measurer:
         the classic alternation, not shuffled) with fresh seeds, then ``pair`` alone until its ratio is
         known (:meth:`_extend`)."""
         self.burn_in(candidates, log, doing)
+        marks = self._marks()
         run = self._separate_run(candidates, self.spec.remeasure_windows, False, doing)
-        return run, (self._extend(run, candidates, pair, log, doing, deadline) if pair is not None else None)
+        found = self._extend(run, candidates, pair, log, doing, deadline) if pair is not None else None
+        self._note_set_aside(log, doing, marks)
+        return run, found
+
+    def _marks(self) -> tuple[int, int]:
+        return len(self.counted), len(self.set_aside)
+
+    def _note_set_aside(self, log: list[str], doing: str, since: tuple[int, int]) -> None:
+        note = set_aside_note(doing, self.set_aside[since[1]:], self.counted[since[0]:])
+        if note:
+            self._say(log, note)
 
     def _extend(self, run: LoadRun, candidates: Sequence[Candidate], pair: tuple[str, str], log: list[str],
                 doing: str, deadline: float | None) -> GainPrecision | None:
@@ -340,7 +328,7 @@ class Measurer:
         racing has separated the candidates, found them futile to separate (a tie that holds), or
         ``max_windows``. Past ``deadline`` (monotonic: the time budget) a load ends at ``min_windows``."""
         log: list[str] = []
-        windows_before = self._windows_run
+        windows_before, marks = self._windows_run, self._marks()
         groups: dict[str, list[Candidate]] = {}
         for cand in candidates:
             if cand.deploy is None:
@@ -398,6 +386,7 @@ class Measurer:
                                            reason=reason, latency=stats)
                             for cand in groups[dedupe_key(rep)])
         windows = self._windows_run - windows_before
+        self._note_set_aside(log, "measured", marks)
         self._say(log, f"measured {len(reps)} distinct candidates in {windows} windows (warm-ups included)")
         return MeasureRun(outcomes=outcomes, log=log, contrasts=contrasts_from_fit(fit, aliases) if fit else None,
                           race_windows=race_windows, machine_sharing=sharing, windows=windows)

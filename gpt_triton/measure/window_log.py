@@ -7,8 +7,11 @@ keeps all of it, so a figure of a run (the finalist estimate, one phase of the r
 moved a p99) can be re-derived or cross-checked afterwards without running again. Rows are appended as
 the windows end, so a run that stops half-way keeps what it measured; ``run_id`` tells runs apart
 when ``--out`` or ``--resume`` reuses a directory. ``foreign_cores`` and ``steal_cores`` say what else the
-machine ran during the window (:mod:`gpt_triton.measure.machine_load`; empty where unknown). A file an
-older version wrote with other columns is moved aside (``windows.<header digest>.csv``), not appended to.
+machine ran during the window (:mod:`gpt_triton.measure.machine_load`; empty where unknown). A window
+other processes crowded and that was measured again in its place (:mod:`gpt_triton.measure.crowding`) is
+kept with ``set_aside`` = ``crowded``, just before the window that replaced it, under the same round;
+:func:`read_windows` leaves it out unless asked. A file an older version wrote with other columns is moved
+aside (``windows.<header digest>.csv``), not appended to.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from gpt_triton.core.measurements import WindowResult
 
 WINDOWS_FILE = "windows.csv"
 FIELDS = ("run_id", "stage", "candidate", "load", "round", "ended_utc", "duration_s", "requests", "errors",
-          "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "foreign_cores", "steal_cores")
+          "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "foreign_cores", "steal_cores", "set_aside")
 
 # The round of a burn-in's windows (measure.burn_in_s): sent before a fresh server's first counted window,
 # counted in nothing, kept so that the transient they absorb can be read from a tune afterwards.
@@ -45,7 +48,7 @@ class WindowLog:
 
     def sink(self, stage: str) -> WindowSink:
         def write(candidate: str, load: str, round_no: int, result: WindowResult) -> None:
-            if round_no != int(BURN_IN_ROUND):
+            if round_no != int(BURN_IN_ROUND) and result.set_aside is None:
                 self.counted.setdefault(stage, []).append(result)
             self._set_aside_other_columns()
             new = not self.path.exists() or self.path.stat().st_size == 0
@@ -58,7 +61,7 @@ class WindowLog:
                     datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), f"{result.duration_s:.4f}",
                     result.requests, result.errors, f"{result.p50_ms:.4f}", f"{result.p90_ms:.4f}",
                     f"{result.p99_ms:.4f}", f"{result.mean_ms:.4f}", f"{result.throughput:.2f}",
-                    _cores(result.foreign_cores), _cores(result.steal_cores),
+                    _cores(result.foreign_cores), _cores(result.steal_cores), result.set_aside or "",
                 ])
 
         return write
@@ -80,8 +83,9 @@ def _cores(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
-def read_windows(path: Path, burn_in: bool = False) -> list[dict[str, str]]:
-    """The rows of a windows.csv, in the order the windows ran: the counted windows, and with ``burn_in``
-    the burn-in's too (round 0)."""
+def read_windows(path: Path, burn_in: bool = False, set_aside: bool = False) -> list[dict[str, str]]:
+    """The rows of a windows.csv, in the order the windows ran: the counted windows, with ``burn_in`` the
+    burn-in's too (round 0), with ``set_aside`` those measured again (an older file has no such rows)."""
     with path.open(newline="") as handle:
-        return [row for row in csv.DictReader(handle) if burn_in or row["round"] != BURN_IN_ROUND]
+        return [row for row in csv.DictReader(handle)
+                if (burn_in or row["round"] != BURN_IN_ROUND) and (set_aside or not row.get("set_aside"))]

@@ -9,8 +9,9 @@ import pytest
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
+from gpt_triton.measure.crowding import RepeatCrowded
 from gpt_triton.measure.http_lean import HttpConnection, HttpRequestFailed, http_request
-from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer, load_client
 from gpt_triton.server import EmbeddedTriton, TritonServer
 from gpt_triton.testing.conformance.load_clients import DELAY_MODEL, LoadClientConformance, requests_x
 
@@ -27,6 +28,14 @@ class TestBuiltinGrpcConformance(LoadClientConformance):
 class TestBuiltinHttpConformance(LoadClientConformance):
     def make(self, server: TritonServer) -> LoadClient:
         return BuiltinClient(protocol="http", http_url=server.http_url)
+
+
+class TestTunersEmbeddedClientConformance(LoadClientConformance):
+    """What gpt_triton.serving.measurer gives an embedded server's measurer: the watched client, a window that
+    other processes crowded measured again (gpt_triton/measure/crowding.py)."""
+
+    def make(self, server: TritonServer) -> LoadClient:
+        return RepeatCrowded(load_client("builtin"), 0.25)
 
 
 @needs_perf_analyzer
