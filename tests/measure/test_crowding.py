@@ -82,9 +82,13 @@ def test_the_usual_is_the_machine_s_steady_load_not_a_crowd() -> None:
     assert len(first.set_aside) == MAX_IN_A_ROW and first.result.set_aside is None
     assert all(not counted(client).set_aside for _ in range(12))
     assert client.usual() == 3.0
-    # A warm-up (not counted) is never measured again, but tells the usual: with one first, nothing is set aside.
-    warmed = RepeatCrowded(Scripted([], after=3.0), share=1.0, margin_cores=0.1)
-    assert not counted(warmed, min_requests=0).set_aside and not counted(warmed).set_aside
+    # A warm-up (not counted) is never measured again; when it was not crowded it tells the usual.
+    warmed = RepeatCrowded(Scripted([0.0, 0.0, 0.3]), share=1.0, margin_cores=0.1)
+    assert not counted(warmed, min_requests=0).set_aside and warmed.usual() == 0.0
+    # One a crowd fell on does not: the counted window after it, in the crowd's tail, is measured again (Q12).
+    tail = RepeatCrowded(Scripted([0.6, 0.15, 0.0]), share=1.0, margin_cores=0.05)
+    assert not counted(tail, min_requests=0).set_aside and tail.usual() == 0.0
+    assert [r.foreign_cores for r in counted(tail).set_aside] == [0.15]
     # A rise of more than the margin above the usual is a crowd again: measured again until the cap, then counted.
     inner.after = 3.5
     assert len(counted(client).set_aside) == MAX_IN_A_ROW
