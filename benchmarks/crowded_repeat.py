@@ -36,9 +36,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.perf_analyzer_agreement import BUILDERS, ort_candidate  # noqa: E402
 from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E402
+from gpt_triton.core.outcomes import apply_outcomes  # noqa: E402
 from gpt_triton.core.records import Candidate  # noqa: E402
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec  # noqa: E402
-from gpt_triton.deploy import write_model  # noqa: E402
+from gpt_triton.deploy import deploy_candidates  # noqa: E402
 from gpt_triton.measure.crowding import MAX_IN_A_ROW, RepeatCrowded, crowded_margin  # noqa: E402
 from gpt_triton.measure.harness import Measurer  # noqa: E402
 from gpt_triton.measure.perf_analyzer import load_client  # noqa: E402
@@ -106,12 +107,9 @@ def main() -> None:
         cands = [ort_candidate("a", model, "ORT_ENABLE_ALL", "1", True),
                  ort_candidate("b", model, "ORT_ENABLE_ALL", "0", False)]
         with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
-            for cand in cands:
-                assert cand.artifact is not None
-                cand.deploy = write_model(root / "repo", f"crowd_{cand.id}", info, shapes, cand.artifact,
-                                          cand.serving, "python")
-                server.load(root / "repo" / cand.deploy.model_name)
-                cand.status = "deployed"
+            apply_outcomes(cands, deploy_candidates(server, root / "repo", cands, info, shapes))
+            if any(c.status != "deployed" for c in cands):
+                raise SystemExit("; ".join(f"{c.id}: {c.reason}" for c in cands if c.status != "deployed"))
             Measurer(server.grpc_url, requests, spec.model_copy(update={"burn_in_s": 30.0}),
                      ObjectiveSpec(metric="p99")).burn_in(cands, [], "burn-in")
             for run in range(args.runs):

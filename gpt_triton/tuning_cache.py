@@ -63,10 +63,11 @@ def spec_digest(spec: TuneSpec) -> str:
     ``search`` is left out on purpose: raising max_builds or switching mode must be able to resume. So are
     ``measure.remeasure_servers`` and ``measure.burn_in_s``: they change only the stages after the search
     (the finalists' pair server, the re-measure), which always run again (and a cache written before the
-    fields existed keeps its digest).
+    fields existed keeps its digest); and ``measure.repeat_crowded``, which keeps another tenant's load out
+    of a score, not what the score measures.
     """
     relevant = spec.model_dump(mode="json", include={"families", "measure", "objective", "accuracy"},
-                               exclude={"measure": {"remeasure_servers", "burn_in_s"}})
+                               exclude={"measure": {"remeasure_servers", "burn_in_s", "repeat_crowded"}})
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -85,6 +85,9 @@ def test_search_settings_do_not_block_resume(model: ModelInfo) -> None:
     burn_in = make_header(model, TuneSpec.model_validate({"measure": {"burn_in_s": 5}}))
     windows = make_header(model, TuneSpec.model_validate({"measure": {"remeasure_windows": 9}}))
     assert servers.spec_digest == burn_in.spec_digest == a.spec_digest != windows.spec_digest
+    # Measuring a crowded window again keeps another tenant out of a score; a cache from before it stays usable.
+    crowded = make_header(model, TuneSpec.model_validate({"measure": {"repeat_crowded": 0}}))
+    assert crowded.spec_digest == a.spec_digest
 
 
 def test_torn_last_line_is_dropped_and_appends_stay_valid(model: ModelInfo, tmp_path: Path) -> None:
