@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from gpt_triton.core.measurements import LoadProfile, WindowResult
 from gpt_triton.core.records import Candidate, DeployInfo
 from gpt_triton.core.routes import Artifact, Route
-from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec, TuneSpec
+from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import LoadClient
 from gpt_triton.measure.crowding import (
     MAX_IN_A_ROW,
@@ -26,7 +25,6 @@ from gpt_triton.measure.driver import WindowSample
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.machine_load import WatchedClient
 from gpt_triton.measure.window_log import WindowLog, read_windows
-from gpt_triton.serving import measurer
 from gpt_triton.testing.co_tenant import co_tenant
 
 LOAD = LoadProfile(kind="concurrency", concurrency=1)
@@ -148,10 +146,11 @@ def test_a_real_outsider_crowds_a_window_that_is_then_measured_again() -> None:
     # only. The margin is half a core, well above what a quiet CI machine's other processes use.
     client = RepeatCrowded(WatchedClient(Spinning()), share=1.0, margin_cores=0.5)
     sample = client.window("unused:0", "m", [{}], LOAD, 0.6, 1)
-    assert len(sample.set_aside) == 1 and sample.result.p99_ms == 2.0
-    crowd = sample.set_aside[0].foreign_cores
+    crowd = sample.set_aside[0].foreign_cores if sample.set_aside else None
     assert crowd is not None and crowd > 0.5, crowd
-    assert sample.result.foreign_cores is not None and sample.result.foreign_cores < crowd
+    # The window counted is the call after the last one set aside: one on a quiet machine; more where something
+    # else (a tune beside the tests) keeps the machine above half a core after the outsider has gone.
+    assert sample.result.p99_ms == len(sample.set_aside) + 1 and sample.result.set_aside is None
 
 
 def cand(cid: str) -> Candidate:
@@ -194,20 +193,3 @@ def test_the_note_names_the_stage_and_the_loads() -> None:
     note = set_aside_note("finalists", [res(0.3), res(0.8)], [res(0.01), res(0.03), res(0.02)])
     assert note is not None and note.startswith("finalists: 2 windows measured again")
     assert "0.30-0.80 cores during them against 0.02 in the 3 counted" in note
-
-
-def test_only_an_embedded_server_s_measurer_repeats_crowded_windows(tmp_path: Path) -> None:
-    # A remote server's own CPU is among the other processes /proc/stat shows: there the rule would read a
-    # spinning candidate as a crowd.
-    run = SimpleNamespace(spec=TuneSpec(), tuning=SimpleNamespace(inputs=[{}]),
-                          windows=WindowLog(tmp_path / "windows.csv", "r"))
-    kinds = {}
-    for mode in ("embedded", "remote"):
-        server = SimpleNamespace(mode=mode, grpc_url="localhost:1", http_url="", metrics_url=None)
-        kinds[mode] = measurer(run, server, lambda _m: None, "search").client  # type: ignore[arg-type]
-    assert isinstance(kinds["embedded"], RepeatCrowded) and kinds["embedded"].share == 0.25
-    assert isinstance(kinds["remote"], WatchedClient)
-    off = MeasureSpec(repeat_crowded=0.0)
-    server = SimpleNamespace(mode="embedded", grpc_url="localhost:1", http_url="", metrics_url=None)
-    assert isinstance(measurer(run, server, lambda _m: None, "search", measure=off).client,  # type: ignore[arg-type]
-                      WatchedClient)
