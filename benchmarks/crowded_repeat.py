@@ -123,7 +123,8 @@ def main() -> None:
                 print(f"run {run + 1}: " + "; ".join(line), flush=True)
     quiet = float(np.exp(np.mean(np.log(gains["quiet"]))))
     margin = crowded_margin() if args.margin_cores is None else args.margin_cores
-    print(f"\n{args.runs} runs, {args.windows} windows a side, an outside core spinning {args.burst_s:g} s of every "
+    per_side = max(args.windows, spec.remeasure_windows)  # the remeasure_windows rounds always run
+    print(f"\n{args.runs} runs, {per_side} windows a side, an outside core spinning {args.burst_s:g} s of every "
           f"{args.period_s:g} s in 'counted' and 'repeated' (crowded: {margin:.3g} cores above the usual, at most "
           f"{MAX_IN_A_ROW} repeats in a row):")
     for condition in CONDITIONS:

@@ -14,8 +14,9 @@ marked) and measured again at once: the same candidate, the same place in the al
   percent of a window can hold it (benchmarks/crowded_repeat.py). The usual is the median over this
   measurer's counted windows and its uncounted ones (warm-ups, burn-in) that were not crowded themselves;
   0 before any. A node whose other pods hold a steady few cores makes them the usual after one counted
-  window (measured again up to ``MAX_IN_A_ROW`` times first), not a crowd. In 13 quiet tunes (Q1-Q3, Q6-Q8, Q10, D1-D5, R1: 7,703 windows, 5,373
-  of them counted) other processes used at most 0.2 cores, and more than 0.05 in 7 windows (4 counted).
+  window (measured again up to ``MAX_IN_A_ROW`` times first), not a crowd. In 13 quiet tunes (Q1-Q3,
+  Q6-Q8, Q10, D1-D5, R1: 7,703 windows, 5,373 of them counted) other processes used at most 0.2 cores,
+  and more than 0.05 in 7 windows (4 counted).
 * **Bounded**: at most ``MAX_IN_A_ROW`` repeats for one window (then the window is counted: a crowd that
   lasts is the machine's state), and at most ``share`` of the counted windows so far, or ``MIN_REPEATS``
   if more (a crowd often comes in a stage's first windows, as in Q9): a machine that stays busy costs a
