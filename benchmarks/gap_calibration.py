@@ -37,6 +37,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpt_triton.core.measurements import (  # noqa: E402
+    Interval,
     ServerSpread,
     WindowResult,
     heterogeneity,
@@ -44,6 +45,7 @@ from gpt_triton.core.measurements import (  # noqa: E402
 )
 from gpt_triton.core.records import Gain  # noqa: E402
 from gpt_triton.measure.machine_load import machine_load  # noqa: E402
+from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios  # noqa: E402
 from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows  # noqa: E402
 
 TARGET = 0.05  # |estimate / re-measure - 1|
@@ -53,6 +55,9 @@ SHARE = 0.8  # in 4 of 5 tunes
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--paired-from-windows", action="store_true",
+                        help="recompute both runs' ratios paired by round (measure.gain_statistic: paired) from each "
+                             "run's windows.csv, whatever statistic the run itself used")
     args = parser.parse_args()
     gaps, zs, predicted = [], [], []
     spreads: list[ServerSpread] = []
@@ -64,6 +69,8 @@ def main() -> None:
         # Only the gain is read, so reports of runs with other (or patched) specs read too.
         raw = json.loads(path.read_text()).get("gain")
         gain = Gain.model_validate(raw) if raw else None
+        if gain is not None and args.paired_from_windows:
+            gain = paired_from_windows(run_dir, gain)
         between = gain.between_runs() if gain is not None else None
         if gain is None or gain.selection_estimate is None or between is None:
             print(f"{run_dir}: no selection estimate with an interval (no finalist stage), skipped")
@@ -104,6 +111,34 @@ def main() -> None:
     per_run = float(np.sqrt((allowed**2 - unexplained**2) / 2))
     print(f"target: the gap's root mean square must be <= {allowed:.3f}: each run's log-gain se <= {per_run:.3f} "
           f"(now {per_run_now:.3f}), about {(per_run_now / per_run) ** 2:.1f}x the windows of each run")
+
+
+def paired_from_windows(run_dir: Path, gain: Gain) -> Gain | None:
+    """``gain`` with its estimate and re-measured ratio recomputed paired by round from windows.csv (each
+    window's objective statistic as logged, the baseline's and the selected candidate's windows of one round
+    paired, set-aside windows left out); None without windows.csv or for a multi-server re-measure."""
+    report = json.loads((run_dir / "report.json").read_text())
+    path = run_dir / WINDOWS_FILE
+    if not path.is_file() or gain.servers is not None or gain.metric not in ("p50", "p90", "p99", "mean"):
+        return None
+    rows = read_windows(path)
+    pair = (report["baseline_id"], report.get("selected_id") or report["winner_id"])
+
+    def ratio(stage: str) -> Interval | None:
+        by_round: dict[str, dict[str, float]] = {}
+        for r in rows:
+            if r["stage"] == stage and r["candidate"] in pair:
+                by_round.setdefault(r["round"], {})[r["candidate"]] = float(r[f"{gain.metric}_ms"])
+        rounds = [v for _, v in sorted(by_round.items(), key=lambda kv: int(kv[0])) if len(v) == 2]
+        if len(rounds) < 3:
+            return None
+        return log_ratio_interval(round_log_ratios([v[pair[0]] for v in rounds], [v[pair[1]] for v in rounds]))
+
+    estimate, remeasured = ratio("finalists-pair"), ratio("remeasure")
+    if estimate is None or remeasured is None:
+        return None
+    return gain.model_copy(update={"ratio": remeasured, "selection_estimate": estimate,
+                                   "selection_estimate_ratio": estimate.value})
 
 
 def stage_loads(run_dir: Path) -> str | None:

@@ -20,6 +20,7 @@ from gpt_triton.core.naming import named
 from gpt_triton.core.objective import objective_interval
 from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
+from gpt_triton.measure.paired import paired_ratio_interval
 from gpt_triton.measure.quantiles import requests_needed
 from gpt_triton.measure.runs import RemeasureResult, remeasure_result
 from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
@@ -223,10 +224,13 @@ def gain(
     selection_estimate_ratio: float | None = None,
     selection_estimate: Interval | None = None,
     ratio: Interval | None = None,
+    statistic: str = "paired",
 ) -> Gain:
-    """The re-measured gain (>1: the winner is better) with a bootstrap interval over the separate run
-    (two-stage over windows when each side has at least 3, so drift between windows counts), or with
-    ``ratio`` when the caller has it (pooled over servers: :func:`gain_over_servers`).
+    """The re-measured gain (>1: the winner is better) with an interval over the separate run, or with
+    ``ratio`` when the caller has it (pooled over servers: :func:`gain_over_servers`). ``statistic``
+    (``measure.gain_statistic``): ``paired``, the geometric mean of the rounds' window ratios with a t
+    interval (gpt_triton/measure/paired.py); ``pooled``, the ratio of the pooled statistics with a
+    two-stage bootstrap over windows. Either needs 3 windows a side, else the pooled latencies' bootstrap.
 
     ``significant`` is True only when the interval lies entirely above 1.0 - a winner measurably
     *slower* than the baseline is not a significant gain.
@@ -234,7 +238,7 @@ def gain(
     metric = objective.metric
     fn = statistic_fn("p99" if metric == "throughput" else metric)  # Gain's *_ms are p99s for a throughput objective
     if ratio is None:
-        ratio = _ratio(baseline, winner, objective, level, resamples)
+        ratio = _ratio(baseline, winner, objective, level, resamples, statistic)
 
     def point(samples: np.ndarray) -> float:
         return float(fn(samples, axis=-1)) if samples.size else 0.0
@@ -247,12 +251,15 @@ def gain(
 
 
 def _ratio(baseline: RemeasureResult, winner: RemeasureResult, objective: ObjectiveSpec, level: float,
-           resamples: int) -> Interval:
+           resamples: int, statistic: str = "paired") -> Interval:
     if objective.metric == "throughput":
         b_tp = [w.throughput for w in baseline.stats.windows]
         w_tp = [w.throughput for w in winner.stats.windows]
         return ratio_interval(w_tp, b_tp, "mean", level, resamples)  # winner / baseline
     if len(baseline.window_latencies_ms) >= 3 and len(winner.window_latencies_ms) >= 3:
+        if statistic == "paired":
+            return paired_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
+                                         objective.metric, level)  # type: ignore[arg-type]
         return window_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
                                      objective.metric, level, resamples)
     return ratio_interval(baseline.latencies_ms, winner.latencies_ms, objective.metric, level, resamples)
@@ -270,16 +277,19 @@ def gain_over_servers(
     over the servers' own intervals with their spread (:func:`between_servers`), kept in ``Gain.servers``."""
     if not per_server:
         raise ValueError("gain_over_servers needs at least one server's re-measure")
-    level, resamples = measure.confidence, measure.bootstrap_resamples
+    level, resamples, statistic = measure.confidence, measure.bootstrap_resamples, measure.gain_statistic
     if len(per_server) == 1:
         baseline, winner = per_server[0]
-        found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate)
+        found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate,
+                     statistic=statistic)
     else:
         load = per_server[0][0].stats.load
         baseline, winner = (remeasure_result(load, [s for pair in per_server for s in pair[side].samples], measure, 0)
                             for side in (0, 1))
-        ratio, spread = between_servers([_ratio(b, w, objective, level, resamples) for b, w in per_server], level)
-        found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate, ratio)
+        ratio, spread = between_servers([_ratio(b, w, objective, level, resamples, statistic) for b, w in per_server],
+                                        level)
+        found = gain(baseline, winner, objective, level, resamples, selection_estimate_ratio, selection_estimate, ratio,
+                     statistic)
         found.servers = spread
     found.remeasured_baseline, found.remeasured_winner = baseline.stats, winner.stats
     found.tail = tail_edge(baseline.window_latencies_ms, winner.window_latencies_ms, objective.metric)

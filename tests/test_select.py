@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gpt_triton.core.accuracy import AccuracyResult
 from gpt_triton.core.measurements import Interval, LatencyStats, LoadProfile, ObjectiveContrasts, WindowResult
@@ -182,3 +183,26 @@ def test_the_refined_pair_can_hand_the_choice_back_to_the_baseline() -> None:
     # Nothing to reconsider when the baseline was already chosen.
     own = Selection(winner_id="base", estimate_ratio=1.0)
     assert after_refinement(own, "base", Interval(value=0.5, low=0.4, high=0.6), (1, 1)) is own
+
+
+def _windowed(windows: list[np.ndarray]) -> RemeasureResult:
+    results = [WindowResult(duration_s=1, requests=w.size, errors=0, throughput=w.size, p50_ms=0, p90_ms=0,
+                            p99_ms=0, mean_ms=0) for w in windows]
+    return RemeasureResult(stats=LatencyStats(load=LoadProfile(), windows=results),
+                           samples=[WindowSample(r, w) for r, w in zip(results, windows, strict=True)])
+
+
+def test_the_gain_is_paired_by_round_unless_the_spec_asks_pooled() -> None:
+    # Four rounds; in the last the winner's window caught a slow spell: its p99 holds the pooled winner p99.
+    rng = np.random.default_rng(4)
+    base = _windowed([20 * (1 + rng.exponential(0.05, 500)) for _ in range(4)])
+    win = _windowed([10 * (1 + rng.exponential(0.05, 500)) + (8.0 if i == 3 else 0.0) * (rng.random(500) < 0.2)
+                     for i in range(4)])
+    obj = ObjectiveSpec(metric="p99")
+    paired, pooled = gain(base, win, obj, 0.95, 300), gain(base, win, obj, 0.95, 300, statistic="pooled")
+    per_round = [np.percentile(b, 99) / np.percentile(w, 99) for b, w in zip(base.window_latencies_ms,
+                                                                               win.window_latencies_ms, strict=True)]
+    assert paired.ratio.value == pytest.approx(float(np.exp(np.mean(np.log(per_round)))))
+    assert pooled.ratio.value == pytest.approx(np.percentile(base.latencies_ms, 99) / np.percentile(win.latencies_ms, 99))
+    assert pooled.ratio.value < paired.ratio.value
+    assert paired.baseline_ms == pooled.baseline_ms  # the per-candidate figures stay pooled either way

@@ -88,6 +88,9 @@ def test_search_settings_do_not_block_resume(model: ModelInfo) -> None:
     # Measuring a crowded window again keeps another tenant out of a score; a cache from before it stays usable.
     crowded = make_header(model, TuneSpec.model_validate({"measure": {"repeat_crowded": 0}}))
     assert crowded.spec_digest == a.spec_digest
+    # How the pair's gain is formed (paired by round or pooled) concerns only the stages after the search.
+    pooled = make_header(model, TuneSpec.model_validate({"measure": {"gain_statistic": "pooled"}}))
+    assert pooled.spec_digest == a.spec_digest
 
 
 def test_torn_last_line_is_dropped_and_appends_stay_valid(model: ModelInfo, tmp_path: Path) -> None:

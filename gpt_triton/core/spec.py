@@ -95,6 +95,12 @@ class MeasureSpec(_Strict):
     # a gain is claimed at a known width (gpt_triton/measure/gain_precision.py). 0: no extension.
     gain_precision: Annotated[float, Field(ge=0, lt=1)] = 0.03
     gain_max_windows: Annotated[int, Field(ge=3)] = 24
+    # How the pair's ratio (the finalist stage's estimate, the re-measured gain, the stop rule's width) is
+    # formed from its windows. paired: the geometric mean over rounds of stat(baseline window) / stat(winner
+    # window), two windows run side by side, with a t interval over the rounds; a slow spell of the machine
+    # that one window catches is then one round, not the pooled p99's tail (gpt_triton/measure/paired.py).
+    # pooled: stat(every baseline request) / stat(every winner request), with a two-stage bootstrap.
+    gain_statistic: Literal["paired", "pooled"] = "paired"
     # Fresh servers the re-measure runs on, one after another, each a whole re-measure (its windows, then the
     # pair to gain_precision * sqrt(servers), so that the pooled ratio is known to about gain_precision). One
     # server's interval cannot show what differs between servers (their state, the machine meanwhile); with

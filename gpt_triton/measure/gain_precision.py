@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpt_triton.core.measurements import Interval
+from gpt_triton.measure.paired import paired_ratio_interval
 from gpt_triton.measure.stats import window_ratio_interval
 
 STOP_RULE_RESAMPLES = 1000  # the stop rule's interval; the reported one uses the spec's resamples
@@ -56,17 +57,20 @@ def relative_half_width(interval: Interval) -> float:
 
 
 def gain_precision(baseline_windows: Sequence[np.ndarray], leader_windows: Sequence[np.ndarray], metric: str,
-                   target: float, seed: int = 0) -> GainPrecision | None:
-    """The ratio ``metric(baseline) / metric(leader)`` over pooled windows with its two-stage 95% interval;
+                   target: float, seed: int = 0, statistic: str = "paired") -> GainPrecision | None:
+    """The ratio ``metric(baseline) / metric(leader)`` with its 95% interval, formed as ``statistic`` says
+    (``measure.gain_statistic``: paired by round, :mod:`.paired`; or pooled, with a two-stage bootstrap);
     None while either side has fewer than 3 windows (no window-level interval yet) or the metric is not
     a latency statistic."""
     if metric not in ("p50", "p90", "p99", "mean"):
         return None
-    base = [w for w in baseline_windows if w.size]
-    lead = [w for w in leader_windows if w.size]
+    base, lead = [w for w in baseline_windows if w.size], [w for w in leader_windows if w.size]
     if min(len(base), len(lead)) < 3:
         return None
-    ratio = window_ratio_interval(base, lead, metric, 0.95, STOP_RULE_RESAMPLES, seed)  # type: ignore[arg-type]
+    if statistic == "paired":  # the i-th window of each is round i, so the pairs are formed before any is left out
+        ratio = paired_ratio_interval(baseline_windows, leader_windows, metric)  # type: ignore[arg-type]
+    else:
+        ratio = window_ratio_interval(base, lead, metric, 0.95, STOP_RULE_RESAMPLES, seed)  # type: ignore[arg-type]
     width = relative_half_width(ratio)
     return GainPrecision(ratio=ratio, half_width=width, windows=min(len(base), len(lead)), reached=width <= target,
                          requests=(sum(w.size for w in base), sum(w.size for w in lead)))

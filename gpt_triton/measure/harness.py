@@ -240,7 +240,7 @@ class Measurer:
         def check() -> GainPrecision | None:
             return gain_precision([s.latencies_ms for s in run.samples[pair[0]]],
                                   [s.latencies_ms for s in run.samples[pair[1]]], self.objective.metric, target,
-                                  seed=self.seed + self._windows_run)
+                                  seed=self.seed + self._windows_run, statistic=self.spec.gain_statistic)
 
         def windows() -> int:
             return min(len(run.samples[c]) for c in pair)
