@@ -9,8 +9,9 @@ their 95% intervals come from a bootstrap over rounds (a resampled round keeps a
 windows), so drift of the shared machine between rounds falls on both clients alike and only what
 differs within a round counts. Printed side by side:
 
-* the baseline/winner ratio (p50 and p99) each client finds, with its two-stage 95% interval, and the
-  ratio of the two ratios (target: the tuner's within 5% of perf_analyzer's);
+* the baseline/winner ratio (p50 and p99) each client finds, pooled with its two-stage 95% interval and
+  paired by round as the tuner forms its gain (``measure.gain_statistic: paired``, a t interval), and the
+  ratio of the two clients' ratios (target: the tuner's within 5% of perf_analyzer's);
 * each client's p50 per candidate and the ratio of the two (target: the built-in client's p50 within
   5% of perf_analyzer's);
 * each client's overhead: client mean latency minus Triton's server-side mean per request (queue +
@@ -39,6 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -49,8 +51,9 @@ from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample
+from gpt_triton.measure.paired import paired_ratio_interval
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer
-from gpt_triton.measure.stats import window_ratio_interval
+from gpt_triton.measure.stats import Statistic, window_ratio_interval
 from gpt_triton.measure.tail_edge import tail_shape
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
@@ -177,6 +180,10 @@ def report(label: str, results: Results) -> None:
             iv = window_ratio_interval(base, win, stat, 0.95, 1000)  # type: ignore[arg-type]
             print(f"{client:13s} baseline/winner {stat} ratio {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
                   f"({sum(b.size for b in base)} + {sum(w.size for w in win)} requests)")
+            # The tuner's gain (measure.gain_statistic: paired): each round's two windows, a geometric mean.
+            iv = paired_ratio_interval(base, win, stat)  # type: ignore[arg-type]
+            print(f"{client:13s} baseline/winner {stat} ratio paired by round {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
+                  f"({min(len(base), len(win))} rounds)")
         for role, samples in by_role.items():
             values = np.concatenate([s.latencies_ms for s in samples])
             # Triton reports a mean per request (cumulative durations / count), so the overhead compares
@@ -215,11 +222,14 @@ def tune_against_perf_analyzer(run_dir: Path, protocol: str, results: Results) -
     if gain is None or gain.metric not in ("p50", "p99") or "perf_analyzer" not in results:
         return
     by_role = results["perf_analyzer"]
-    pa = window_ratio_interval([s.latencies_ms for s in by_role["baseline"]],
-                               [s.latencies_ms for s in by_role["winner"]], gain.metric, 0.95, 1000)  # type: ignore[arg-type]
+    base, win = [s.latencies_ms for s in by_role["baseline"]], [s.latencies_ms for s in by_role["winner"]]
+    # Like for like: perf_analyzer's windows formed into a ratio the way the tune formed its gain.
+    metric = cast(Statistic, gain.metric)
+    pa = paired_ratio_interval(base, win, metric) if gain.statistic == "paired" else \
+        window_ratio_interval(base, win, metric, 0.95, 1000)
     d = np.log(gain.ratio.value / pa.value)
     half = 1.96 * float(np.hypot(log_standard_error(gain.ratio), log_standard_error(pa)))
-    print(f"the tune's re-measured {gain.metric} gain {gain.ratio.value:.3f} [{gain.ratio.low:.3f}, {gain.ratio.high:.3f}] "
+    print(f"the tune's re-measured {gain.metric} gain ({gain.statistic}) {gain.ratio.value:.3f} [{gain.ratio.low:.3f}, {gain.ratio.high:.3f}] "
           f"against perf_analyzer's over {protocol} here {pa.value:.3f} [{pa.low:.3f}, {pa.high:.3f}]: tune / "
           f"perf_analyzer = {np.exp(d):.3f} [{np.exp(d - half):.3f}, {np.exp(d + half):.3f}] "
           f"({verdict(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)))})")

@@ -244,7 +244,7 @@ def gain(
         return float(fn(samples, axis=-1)) if samples.size else 0.0
 
     return Gain(
-        metric=metric, ratio=ratio, winner_ms=point(winner.latencies_ms), baseline_ms=point(baseline.latencies_ms),
+        metric=metric, ratio=ratio, statistic="paired" if statistic == "paired" and metric != "throughput" else "pooled", winner_ms=point(winner.latencies_ms), baseline_ms=point(baseline.latencies_ms),
         selection_estimate_ratio=selection_estimate_ratio, selection_estimate=selection_estimate,
         significant=ratio.low > 1.0,
     )

@@ -235,7 +235,8 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
                               spec.objective, spec.measure, estimate, estimate_interval)
     where = "a fresh server" if servers == 1 else f"{servers} fresh servers"
     run.decide(
-        f"re-measured on {where}, interleaved: baseline/winner {found.metric} ratio {found.ratio.value:.3f} "
+        f"re-measured on {where}, interleaved: baseline/winner {found.metric} ratio"
+        f"{' (paired by round)' if found.statistic == 'paired' else ''} {found.ratio.value:.3f} "
         f"[{found.ratio.low:.3f}, {found.ratio.high:.3f}] (selection estimated {found.selection_estimate_ratio or float('nan'):.3f}); "
         f"on {sum(r[baseline.id].stats.requests for r in per_server)} baseline and "
         f"{sum(r[winner.id].stats.requests for r in per_server)} winner requests"

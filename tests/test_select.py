@@ -206,3 +206,4 @@ def test_the_gain_is_paired_by_round_unless_the_spec_asks_pooled() -> None:
     assert pooled.ratio.value == pytest.approx(np.percentile(base.latencies_ms, 99) / np.percentile(win.latencies_ms, 99))
     assert pooled.ratio.value < paired.ratio.value
     assert paired.baseline_ms == pooled.baseline_ms  # the per-candidate figures stay pooled either way
+    assert (paired.statistic, pooled.statistic) == ("paired", "pooled")  # the report says which the ratio is

@@ -82,8 +82,12 @@ class Gain(BaseModel):
 
     metric: str
     ratio: Interval
-    winner_ms: float
+    winner_ms: float  # the candidates' own figures: the metric over each side's pooled requests
     baseline_ms: float
+    # How ``ratio`` (and the selection estimate) were formed from the pair's windows (measure.gain_statistic):
+    # paired, the geometric mean of the rounds' window ratios; pooled, the ratio of baseline_ms / winner_ms's
+    # pooled statistics. A report written before the field was pooled.
+    statistic: Literal["paired", "pooled"] = "pooled"
     selection_estimate_ratio: float | None = None  # what selection believed: the winner's-curse gap
     # Its interval, when the finalist run measured the pair to one: the two runs' gap is then judged
     # against both widths (core.measurements.ratio_gap).

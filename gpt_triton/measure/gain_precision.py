@@ -10,7 +10,9 @@ stage may use half of what is left, the re-measure the rest). Both runs then res
 known width, and a selection estimate and its re-measured gain can only disagree by about the two
 widths together.
 
-The rule's interval is a bootstrap over every window so far, so its cost grows with the windows: checked
+The ratio is formed as ``measure.gain_statistic`` says: paired by round (the default, :mod:`.paired`: a
+t interval over the rounds' log ratios, cheap) or pooled. The pooled interval is a two-stage bootstrap
+over every window so far, so its cost grows with the windows: checked
 after every round, it took more wall time than the windows themselves once a pair had some 40 each
 (2026-12-05, conv_attention: at 60 windows each a round of two 0.75 s windows took 6 s, some 4 s of it
 checking). :func:`next_check` spaces the checks geometrically instead, and earlier when the width seen

@@ -46,7 +46,7 @@ def run_summary(report: RunReport) -> dict[str, Any]:
         "baseline_id": report.baseline_id,
         "selected_id": report.selected_id,
         "gain": None if gain is None else {
-            "metric": gain.metric, "ratio": gain.ratio.value, "low": gain.ratio.low, "high": gain.ratio.high,
+            "metric": gain.metric, "statistic": gain.statistic, "ratio": gain.ratio.value, "low": gain.ratio.low, "high": gain.ratio.high,
             "level": gain.ratio.level, "significant": gain.significant, "winner_ms": gain.winner_ms,
             "baseline_ms": gain.baseline_ms, "selection_estimate_ratio": gain.selection_estimate_ratio,
             "selection_estimate_low": None if gain.selection_estimate is None else gain.selection_estimate.low,

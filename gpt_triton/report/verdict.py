@@ -33,6 +33,10 @@ def _who(report: RunReport, candidate_id: str | None) -> str:
     return f"{names[candidate_id]} ({candidate_id})" if candidate_id in names else (candidate_id or "none")
 
 
+# Paired, the ratio is not baseline_ms / winner_ms (those are pooled): the line says which it is.
+_PAIRED = {"paired": " (paired by round)", "pooled": ""}
+
+
 def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
     winner, baseline, gain = report.winner_id, report.baseline_id, report.gain
     lines: list[tuple[str, str]] = []
@@ -42,7 +46,7 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
         contender = report.selected_id or winner
         latency = "p99 " if gain.metric == "throughput" else ""  # Gain's *_ms are p99s for a throughput objective
         text = (
-            f"{gain.metric} ratio {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI); "
+            f"{gain.metric} ratio{_PAIRED[gain.statistic]} {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI); "
             f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {_who(report, contender)} {fmt_ms(gain.winner_ms)} ms"
         )
         if gain.selection_estimate_ratio is not None:

@@ -90,6 +90,17 @@ def test_selected_but_unconfirmed_pick_is_marked() -> None:
     assert break_even_inferences(report) is None and text["break-even"].startswith("none: the baseline was kept")
     assert "selection estimated 1.400 (winner's curse +0.370)" in text["re-measured gain"]
     assert "the two runs differ" not in text["re-measured gain"]  # no interval for the estimate: no comparison
+    assert text["re-measured gain"].startswith("p99 ratio 1.030")  # a report from before the field: pooled
+
+
+def test_a_paired_gain_says_so() -> None:
+    # Paired, the ratio is not baseline_ms / winner_ms (6.4 / 6.2): the line must not read as if it were.
+    gain = Gain(metric="p99", ratio=Interval(value=1.09, low=1.02, high=1.16), winner_ms=6.2, baseline_ms=6.4,
+                statistic="paired", significant=True)
+    text = dict(verdict_lines(make_report(winner_id="c04", selected_id="c04", gain=gain)))["re-measured gain"]
+    assert text.startswith("p99 ratio (paired by round) 1.090 [1.020, 1.160]")
+    summary = run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]
+    assert summary["statistic"] == "paired" and summary["ratio"] == 1.09
 
 
 def test_the_estimate_and_the_re_measure_are_judged_against_both_widths() -> None:
