@@ -79,7 +79,7 @@ def main() -> None:
         gaps.append(np.log1p(between.relative))
         zs.append(between.z)
         predicted.append(se)
-        print(f"{run_dir.name}: estimate {gain.selection_estimate.value:.3f}, re-measured {gain.ratio.value:.3f}: "
+        print(f"{run_dir.parent.name}/{run_dir.name}: estimate {gain.selection_estimate.value:.3f}, re-measured {gain.ratio.value:.3f}: "
               f"gap {100 * between.relative:+.1f}%, z {between.z:+.2f} (se of the log gap {se:.3f})")
         if (loads := stage_loads(run_dir)) is not None:
             print(f"    other processes: {loads}")
