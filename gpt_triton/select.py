@@ -244,10 +244,17 @@ def gain(
         return float(fn(samples, axis=-1)) if samples.size else 0.0
 
     return Gain(
-        metric=metric, ratio=ratio, statistic="paired" if statistic == "paired" and metric != "throughput" else "pooled", winner_ms=point(winner.latencies_ms), baseline_ms=point(baseline.latencies_ms),
+        metric=metric, ratio=ratio, statistic="paired" if _paired(baseline, winner, metric, statistic) else "pooled",
+        winner_ms=point(winner.latencies_ms), baseline_ms=point(baseline.latencies_ms),
         selection_estimate_ratio=selection_estimate_ratio, selection_estimate=selection_estimate,
         significant=ratio.low > 1.0,
     )
+
+
+def _paired(baseline: RemeasureResult, winner: RemeasureResult, metric: str, statistic: str) -> bool:
+    """Whether :func:`_ratio` pairs by round: asked to, a latency objective, and 3 windows a side."""
+    return (statistic == "paired" and metric != "throughput"
+            and min(len(baseline.window_latencies_ms), len(winner.window_latencies_ms)) >= 3)
 
 
 def _ratio(baseline: RemeasureResult, winner: RemeasureResult, objective: ObjectiveSpec, level: float,
@@ -256,10 +263,10 @@ def _ratio(baseline: RemeasureResult, winner: RemeasureResult, objective: Object
         b_tp = [w.throughput for w in baseline.stats.windows]
         w_tp = [w.throughput for w in winner.stats.windows]
         return ratio_interval(w_tp, b_tp, "mean", level, resamples)  # winner / baseline
+    if _paired(baseline, winner, objective.metric, statistic):
+        return paired_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
+                                     objective.metric, level)  # type: ignore[arg-type]
     if len(baseline.window_latencies_ms) >= 3 and len(winner.window_latencies_ms) >= 3:
-        if statistic == "paired":
-            return paired_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
-                                         objective.metric, level)  # type: ignore[arg-type]
         return window_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
                                      objective.metric, level, resamples)
     return ratio_interval(baseline.latencies_ms, winner.latencies_ms, objective.metric, level, resamples)

@@ -132,6 +132,7 @@ def test_gain_is_significant_only_when_the_interval_excludes_one() -> None:
     g = gain(base, faster, obj, 0.95, 500, selection_estimate_ratio=1.4)
     assert g.significant and 1.15 < g.ratio.value < 1.35 and g.selection_estimate_ratio == 1.4
     assert g.baseline_ms > g.winner_ms
+    assert g.statistic == "pooled"  # one window a side: no rounds to pair, and the report says so
     assert not gain(base, same, obj, 0.95, 500, None).significant
     worse = gain(base, slower, obj, 0.95, 500, None)
     assert not worse.significant and worse.ratio.high < 1.0
