@@ -20,10 +20,10 @@ from gpt_triton.core.naming import named
 from gpt_triton.core.objective import objective_interval
 from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
-from gpt_triton.measure.paired import paired_ratio_interval
+from gpt_triton.measure.paired import pair_ratio_interval
 from gpt_triton.measure.quantiles import requests_needed
 from gpt_triton.measure.runs import RemeasureResult, remeasure_result
-from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn, window_ratio_interval
+from gpt_triton.measure.stats import overlaps, ratio_interval, statistic_fn
 from gpt_triton.measure.tail_edge import tail_edge
 
 
@@ -263,12 +263,9 @@ def _ratio(baseline: RemeasureResult, winner: RemeasureResult, objective: Object
         b_tp = [w.throughput for w in baseline.stats.windows]
         w_tp = [w.throughput for w in winner.stats.windows]
         return ratio_interval(w_tp, b_tp, "mean", level, resamples)  # winner / baseline
-    if _paired(baseline, winner, objective.metric, statistic):
-        return paired_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
-                                     objective.metric, level)  # type: ignore[arg-type]
     if len(baseline.window_latencies_ms) >= 3 and len(winner.window_latencies_ms) >= 3:
-        return window_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
-                                     objective.metric, level, resamples)
+        return pair_ratio_interval(baseline.window_latencies_ms, winner.window_latencies_ms,
+                                   objective.metric, statistic, level, resamples)  # type: ignore[arg-type]
     return ratio_interval(baseline.latencies_ms, winner.latencies_ms, objective.metric, level, resamples)
 
 

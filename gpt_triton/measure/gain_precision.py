@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpt_triton.core.measurements import Interval
-from gpt_triton.measure.paired import paired_ratio_interval
-from gpt_triton.measure.stats import window_ratio_interval
+from gpt_triton.measure.paired import pair_ratio_interval
 
 STOP_RULE_RESAMPLES = 1000  # the stop rule's interval; the reported one uses the spec's resamples
 CHECK_GROWTH = 1.25  # windows between two checks of the rule grow by this factor: at most 25% past the target
@@ -69,10 +68,9 @@ def gain_precision(baseline_windows: Sequence[np.ndarray], leader_windows: Seque
     base, lead = [w for w in baseline_windows if w.size], [w for w in leader_windows if w.size]
     if min(len(base), len(lead)) < 3:
         return None
-    if statistic == "paired":  # the i-th window of each is round i, so the pairs are formed before any is left out
-        ratio = paired_ratio_interval(baseline_windows, leader_windows, metric)  # type: ignore[arg-type]
-    else:
-        ratio = window_ratio_interval(base, lead, metric, 0.95, STOP_RULE_RESAMPLES, seed)  # type: ignore[arg-type]
+    # Unfiltered: paired, the i-th window of each is round i, so the pairs are formed before any is left out.
+    ratio = pair_ratio_interval(baseline_windows, leader_windows, metric, statistic,  # type: ignore[arg-type]
+                                0.95, STOP_RULE_RESAMPLES, seed)
     width = relative_half_width(ratio)
     return GainPrecision(ratio=ratio, half_width=width, windows=min(len(base), len(lead)), reached=width <= target,
                          requests=(sum(w.size for w in base), sum(w.size for w in lead)))

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats
 
 from gpt_triton.core.measurements import Interval
-from gpt_triton.measure.stats import Statistic, statistic_fn
+from gpt_triton.measure.stats import Statistic, statistic_fn, window_ratio_interval
 
 
 def window_values(windows: Sequence[np.ndarray | Sequence[float]], statistic: Statistic) -> np.ndarray:
@@ -70,3 +70,14 @@ def paired_ratio_interval(baseline_windows: Sequence[np.ndarray | Sequence[float
     of the per-round window ratios with its t interval."""
     return log_ratio_interval(round_log_ratios(window_values(baseline_windows, statistic),
                                                window_values(winner_windows, statistic)), level)
+
+
+def pair_ratio_interval(baseline_windows: Sequence[np.ndarray | Sequence[float]],
+                        winner_windows: Sequence[np.ndarray | Sequence[float]], statistic: Statistic,
+                        how: str = "paired", level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Interval:
+    """The pair's gain as ``measure.gain_statistic`` (``how``) forms it: paired by round
+    (:func:`paired_ratio_interval`) or pooled with a two-stage bootstrap (:func:`.stats.window_ratio_interval`,
+    ``resamples`` and ``seed`` for it). The one place both the stop rule and the reported gain choose."""
+    if how == "paired":
+        return paired_ratio_interval(baseline_windows, winner_windows, statistic, level)
+    return window_ratio_interval(baseline_windows, winner_windows, statistic, level, resamples, seed)
