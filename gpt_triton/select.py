@@ -19,7 +19,7 @@ from gpt_triton.core.measurements import Interval, ObjectiveContrasts, between_s
 from gpt_triton.core.naming import named
 from gpt_triton.core.objective import objective_interval
 from gpt_triton.core.records import Candidate, Gain
-from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
+from gpt_triton.core.spec import GainStatistic, MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.paired import pair_ratio_interval
 from gpt_triton.measure.quantiles import requests_needed
 from gpt_triton.measure.runs import RemeasureResult, remeasure_result
@@ -224,7 +224,7 @@ def gain(
     selection_estimate_ratio: float | None = None,
     selection_estimate: Interval | None = None,
     ratio: Interval | None = None,
-    statistic: str = "paired",
+    statistic: GainStatistic = "paired",
 ) -> Gain:
     """The re-measured gain (>1: the winner is better) with an interval over the separate run, or with
     ``ratio`` when the caller has it (pooled over servers: :func:`gain_over_servers`). ``statistic``
@@ -251,14 +251,14 @@ def gain(
     )
 
 
-def _paired(baseline: RemeasureResult, winner: RemeasureResult, metric: str, statistic: str) -> bool:
+def _paired(baseline: RemeasureResult, winner: RemeasureResult, metric: str, statistic: GainStatistic) -> bool:
     """Whether :func:`_ratio` pairs by round: asked to, a latency objective, and 3 windows a side."""
     return (statistic == "paired" and metric != "throughput"
             and min(len(baseline.window_latencies_ms), len(winner.window_latencies_ms)) >= 3)
 
 
 def _ratio(baseline: RemeasureResult, winner: RemeasureResult, objective: ObjectiveSpec, level: float,
-           resamples: int, statistic: str = "paired") -> Interval:
+           resamples: int, statistic: GainStatistic = "paired") -> Interval:
     if objective.metric == "throughput":
         b_tp = [w.throughput for w in baseline.stats.windows]
         w_tp = [w.throughput for w in winner.stats.windows]

@@ -23,7 +23,7 @@ from gpt_triton.core.measurements import (
 )
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.routes import Artifact, Route
-from gpt_triton.core.spec import TuneSpec
+from gpt_triton.core.spec import GainStatistic, TuneSpec
 
 CandidateStatus = Literal["planned", "built", "crashed", "deployed", "measured", "infeasible", "failed"]
 
@@ -87,7 +87,7 @@ class Gain(BaseModel):
     # How ``ratio`` (and the selection estimate) were formed from the pair's windows (measure.gain_statistic):
     # paired, the geometric mean of the rounds' window ratios; pooled, the ratio of baseline_ms / winner_ms's
     # pooled statistics. A report written before the field was pooled.
-    statistic: Literal["paired", "pooled"] = "pooled"
+    statistic: GainStatistic = "pooled"
     selection_estimate_ratio: float | None = None  # what selection believed: the winner's-curse gap
     # Its interval, when the finalist run measured the pair to one: the two runs' gap is then judged
     # against both widths (core.measurements.ratio_gap).

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import LoadProfile
 
+# How the pair's gain is formed from its windows (MeasureSpec.gain_statistic, gpt_triton/measure/paired.py).
+GainStatistic = Literal["paired", "pooled"]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +103,7 @@ class MeasureSpec(_Strict):
     # window), two windows run side by side, with a t interval over the rounds; a slow spell of the machine
     # that one window catches is then one round, not the pooled p99's tail (gpt_triton/measure/paired.py).
     # pooled: stat(every baseline request) / stat(every winner request), with a two-stage bootstrap.
-    gain_statistic: Literal["paired", "pooled"] = "paired"
+    gain_statistic: GainStatistic = "paired"
     # Fresh servers the re-measure runs on, one after another, each a whole re-measure (its windows, then the
     # pair to gain_precision * sqrt(servers), so that the pooled ratio is known to about gain_precision). One
     # server's interval cannot show what differs between servers (their state, the machine meanwhile); with

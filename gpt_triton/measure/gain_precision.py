@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpt_triton.core.measurements import Interval
+from gpt_triton.core.spec import GainStatistic
 from gpt_triton.measure.paired import pair_ratio_interval
 
 STOP_RULE_RESAMPLES = 1000  # the stop rule's interval; the reported one uses the spec's resamples
@@ -58,7 +59,7 @@ def relative_half_width(interval: Interval) -> float:
 
 
 def gain_precision(baseline_windows: Sequence[np.ndarray], leader_windows: Sequence[np.ndarray], metric: str,
-                   target: float, seed: int = 0, statistic: str = "paired") -> GainPrecision | None:
+                   target: float, seed: int = 0, statistic: GainStatistic = "paired") -> GainPrecision | None:
     """The ratio ``metric(baseline) / metric(leader)`` with its 95% interval, formed as ``statistic`` says
     (``measure.gain_statistic``: paired by round, :mod:`.paired`; or pooled, with a two-stage bootstrap);
     None while either side has fewer than 3 windows (no window-level interval yet) or the metric is not

@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 from gpt_triton.core.measurements import Interval
+from gpt_triton.core.spec import GainStatistic
 from gpt_triton.measure.stats import Statistic, statistic_fn, window_ratio_interval
 
 
@@ -74,7 +75,7 @@ def paired_ratio_interval(baseline_windows: Sequence[np.ndarray | Sequence[float
 
 def pair_ratio_interval(baseline_windows: Sequence[np.ndarray | Sequence[float]],
                         winner_windows: Sequence[np.ndarray | Sequence[float]], statistic: Statistic,
-                        how: str = "paired", level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Interval:
+                        how: GainStatistic = "paired", level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Interval:
     """The pair's gain as ``measure.gain_statistic`` (``how``) forms it: paired by round
     (:func:`paired_ratio_interval`) or pooled with a two-stage bootstrap (:func:`.stats.window_ratio_interval`,
     ``resamples`` and ``seed`` for it). The one place both the stop rule and the reported gain choose."""
