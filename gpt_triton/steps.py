@@ -15,7 +15,7 @@ from gpt_triton.accuracy.reference import HeldOut
 from gpt_triton.accuracy.served import accept
 from gpt_triton.accuracy.validate import infer_requests
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import Interval, ObjectiveContrasts
+from gpt_triton.core.measurements import Interval, ObjectiveContrasts, WindowResult
 from gpt_triton.core.naming import named, named_id
 from gpt_triton.core.objective import candidate_eligible, objective_value
 from gpt_triton.core.outcomes import fresh_copy
@@ -23,7 +23,7 @@ from gpt_triton.core.records import Candidate, Gain
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.gain_precision import GainPrecision, rule_applies
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
-from gpt_triton.measure.machine_load import MachineLoad, load_contrast, machine_load
+from gpt_triton.measure.machine_load import MachineLoad, load_contrast, machine_load, pace_contrast
 from gpt_triton.measure.runs import RemeasureResult
 from gpt_triton.run import Run
 from gpt_triton.select import Selection, after_refinement, gain_over_servers, select, select_finalists
@@ -251,8 +251,14 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         loads = stage_load(run, ["finalists-pair"]), stage_load(run, [_remeasure_stage(i)[0] for i in range(servers)])
         edge = "" if between.agree or found.tail is None or not found.tail.edge else \
             f"; the {found.metric} sits at the edge of a slow cluster, where a run's share of slow requests moves it (tail line)"
+        def sides(stages: list[str]) -> dict[str, list[WindowResult]]:
+            return {label: [w for stage in stages for w in run.windows.by_candidate.get((stage, cid), [])]
+                    for label, cid in (("baseline", baseline.id), ("winner", winner.id))}
+
+        pace = pace_contrast(sides(["finalists-pair"]), sides([_remeasure_stage(i)[0] for i in range(servers)]),
+                             ("finalist pair", "re-measure"))
         run.decide(f"re-measure against the finalist run's estimate: {between.describe()}"
-                   f"{load_contrast(*loads, ('finalist pair', 're-measure'))}{edge}")
+                   f"{load_contrast(*loads, ('finalist pair', 're-measure'))}{pace}{edge}")
     return found
 
 

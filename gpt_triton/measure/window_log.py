@@ -45,11 +45,14 @@ class WindowLog:
         self.run_id = run_id
         self._checked = False  # whether an existing file's columns were compared with FIELDS
         self.counted: dict[str, list[WindowResult]] = {}  # by stage: what each stage's machine-load note reads
+        # by (stage, candidate): the pace each candidate ran at in each stage (machine_load.pace_contrast)
+        self.by_candidate: dict[tuple[str, str], list[WindowResult]] = {}
 
     def sink(self, stage: str) -> WindowSink:
         def write(candidate: str, load: str, round_no: int, result: WindowResult) -> None:
             if round_no != int(BURN_IN_ROUND) and result.set_aside is None:
                 self.counted.setdefault(stage, []).append(result)
+                self.by_candidate.setdefault((stage, candidate), []).append(result)
             self._set_aside_other_columns()
             new = not self.path.exists() or self.path.stat().st_size == 0
             with self.path.open("a", newline="") as handle:  # one short append per window (~1 s apart)

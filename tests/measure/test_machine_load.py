@@ -19,6 +19,7 @@ from gpt_triton.measure.machine_load import (
     cores_between,
     load_contrast,
     machine_load,
+    pace_contrast,
 )
 from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.testing.co_tenant import co_tenant
@@ -108,3 +109,18 @@ def test_a_stage_summary_weighs_windows_by_their_time_and_counts_the_crowded_one
         "; other processes used 0.00 cores during the finalist pair's windows (0 of 1 crowded) and 0.70 during "
         "the re-measure's (1 of 2)")
     assert load_contrast(None, load, ("a", "b")) == ""
+
+
+def paced(*p50s: float) -> list[WindowResult]:
+    return [WindowResult(duration_s=1.0, requests=1, errors=0, throughput=1.0, p50_ms=p, p90_ms=p, p99_ms=p,
+                         mean_ms=p) for p in p50s]
+
+
+def test_the_pace_clause_sets_each_sides_median_request_in_the_two_stages_side_by_side() -> None:
+    # G1 (2026-12-06): both candidates' median request ran 21-24% slower on the re-measure's server.
+    before = {"baseline": paced(0.88, 0.89, 0.90, 9.0), "winner": paced(1.22, 1.23, 1.21)}
+    after = {"baseline": paced(1.08, 1.07, 1.09), "winner": paced(1.52, 1.50, 0.0, 1.53)}
+    assert pace_contrast(before, after, ("finalist pair", "re-measure")) == (
+        "; the median request's pace from the finalist pair to the re-measure: baseline +21% (0.895 -> 1.08 ms), "
+        "winner +25% (1.22 -> 1.52 ms)")
+    assert pace_contrast({"baseline": paced(1.0)}, {"baseline": []}, ("a", "b")) == ""

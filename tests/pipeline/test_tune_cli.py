@@ -170,7 +170,15 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         windows_remeasured = sum(r["stage"] == "remeasure" for r in rows)
         assert len(loads) == 1 and f" cores on average over its {windows_remeasured} windows " in loads[0], loads
     if any(d.startswith("re-measure against the finalist run's estimate") for d in report["decisions"]):
-        assert any("during the finalist pair's windows" in d for d in report["decisions"])
+        line = next(d for d in report["decisions"] if d.startswith("re-measure against the finalist run's estimate"))
+        assert "during the finalist pair's windows" in line
+        # ... and the pace of each side's median request in the two stages, from the windows windows.csv has.
+        for side, cid in (("baseline", report["baseline_id"]), ("winner", report["selected_id"])):
+            before, after = (float(np.median([float(r["p50_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]))
+                             for stage in ("finalists-pair", "remeasure"))
+            shown = line.split(f" {side} ")[1].split(" ms")[0]  # "+21% (0.895 -> 1.08"
+            assert float(shown.split("(")[1].split(" -> ")[0]) == pytest.approx(before, rel=0.01), line
+            assert float(shown.split(" -> ")[1]) == pytest.approx(after, rel=0.01), line
     def p99s(stage: str, cid: str) -> list[float]:
         return [float(r["p99_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]
 
