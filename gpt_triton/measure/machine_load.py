@@ -149,18 +149,19 @@ def pace_contrast(first: Mapping[str, Sequence[WindowResult]], second: Mapping[s
     the two stages (the median over its windows of the window's p50), ``first`` and ``second`` mapping a
     label (``baseline``, ``winner``) to its counted windows there.
 
-    Why: a gap beyond both intervals with no other process on the machine (foreign_cores 0, no steal) was
-    still the machine's state in every such run looked at: in a conv_attention tune (2026-12-06, G1) the
-    re-measure's server ran both candidates' median request 21-24% slower than the finalist pair's had, and
-    their p99s by 17% and 26%, so the gain fell 17% (z +5.4). The p50 is the figure least moved by a tail,
-    so a shift in it shows the pace of the machine, which no window count on one server can average out."""
+    Why: a gap beyond both intervals can come with no other process on the machine (foreign_cores 0, no
+    steal): in a conv_attention tune (2026-12-06, G1) the re-measure's server ran both candidates' median
+    request 24% slower than the finalist pair's had, and their window p99s by 15% and 28%, so the gain fell
+    17% (z +5.4). The p50 is the figure a tail moves least, so a shift in it shows the pace of the machine,
+    which no window count on one server averages out (in G2 the pace moved 3-6% and the gain still 14%:
+    the clause shows the pace, it does not explain every gap)."""
     shifts = []
     for label in first:
         before = [w.p50_ms for w in first[label] if w.p50_ms > 0]
         after = [w.p50_ms for w in second.get(label, []) if w.p50_ms > 0]
         if before and after:
             a, b = float(np.median(before)), float(np.median(after))
-            shifts.append(f"{label} {100 * (b / a - 1):+.0f}% ({a:.3g} -> {b:.3g} ms)")
+            shifts.append(f"{label} {100 * (b / a - 1):+.0f}% ({a:.3f} -> {b:.3f} ms)")
     if not shifts:
         return ""
     return f"; the median request's pace from the {names[0]} to the {names[1]}: {', '.join(shifts)}"

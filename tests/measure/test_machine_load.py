@@ -117,10 +117,10 @@ def paced(*p50s: float) -> list[WindowResult]:
 
 
 def test_the_pace_clause_sets_each_sides_median_request_in_the_two_stages_side_by_side() -> None:
-    # G1 (2026-12-06): both candidates' median request ran 21-24% slower on the re-measure's server.
+    # As in G1 (2026-12-06): both candidates' median request ran some 24% slower on the re-measure's server.
     before = {"baseline": paced(0.88, 0.89, 0.90, 9.0), "winner": paced(1.22, 1.23, 1.21)}
     after = {"baseline": paced(1.08, 1.07, 1.09), "winner": paced(1.52, 1.50, 0.0, 1.53)}
     assert pace_contrast(before, after, ("finalist pair", "re-measure")) == (
-        "; the median request's pace from the finalist pair to the re-measure: baseline +21% (0.895 -> 1.08 ms), "
-        "winner +25% (1.22 -> 1.52 ms)")
+        "; the median request's pace from the finalist pair to the re-measure: baseline +21% (0.895 -> 1.080 ms), "
+        "winner +25% (1.220 -> 1.520 ms)")
     assert pace_contrast({"baseline": paced(1.0)}, {"baseline": []}, ("a", "b")) == ""

@@ -176,7 +176,7 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         for side, cid in (("baseline", report["baseline_id"]), ("winner", report["selected_id"])):
             before, after = (float(np.median([float(r["p50_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]))
                              for stage in ("finalists-pair", "remeasure"))
-            shown = line.split(f" {side} ")[1].split(" ms")[0]  # "+21% (0.895 -> 1.08"
+            shown = line.split(f" {side} ")[1].split(" ms")[0]  # "+21% (0.895 -> 1.080"
             assert float(shown.split("(")[1].split(" -> ")[0]) == pytest.approx(before, rel=0.01), line
             assert float(shown.split(" -> ")[1]) == pytest.approx(after, rel=0.01), line
     def p99s(stage: str, cid: str) -> list[float]:
