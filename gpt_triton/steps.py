@@ -182,7 +182,7 @@ def remeasure_order(winner: Candidate, runner_up: Candidate | None, baseline: Ca
 
 def stage_load(run: Run, stages: Sequence[str]) -> MachineLoad | None:
     """What else the machine ran during the counted windows of ``stages`` (windows.csv's stage names)."""
-    return machine_load([w for stage in stages for w in run.windows.counted.get(stage, [])])
+    return machine_load(run.windows.counted(stages))
 
 
 def _load_words(run: Run, load: MachineLoad) -> str:
@@ -248,15 +248,14 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     if (between := found.between_runs()) is not None:
         # Whether the machine was as busy in both: a gap beyond the intervals with one stage crowded is
         # the machine's load, not the sampling (gpt_triton/measure/machine_load.py).
-        loads = stage_load(run, ["finalists-pair"]), stage_load(run, [_remeasure_stage(i)[0] for i in range(servers)])
+        remeasured = [_remeasure_stage(i)[0] for i in range(servers)]
+        loads = stage_load(run, ["finalists-pair"]), stage_load(run, remeasured)
         edge = "" if between.agree or found.tail is None or not found.tail.edge else \
             f"; the {found.metric} sits at the edge of a slow cluster, where a run's share of slow requests moves it (tail line)"
         def sides(stages: list[str]) -> dict[str, list[WindowResult]]:
-            return {label: [w for stage in stages for w in run.windows.by_candidate.get((stage, cid), [])]
-                    for label, cid in (("baseline", baseline.id), ("winner", winner.id))}
+            return {"baseline": run.windows.counted(stages, baseline.id), "winner": run.windows.counted(stages, winner.id)}
 
-        pace = pace_contrast(sides(["finalists-pair"]), sides([_remeasure_stage(i)[0] for i in range(servers)]),
-                             ("finalist pair", "re-measure"))
+        pace = pace_contrast(sides(["finalists-pair"]), sides(remeasured), ("finalist pair", "re-measure"))
         run.decide(f"re-measure against the finalist run's estimate: {between.describe()}"
                    f"{load_contrast(*loads, ('finalist pair', 're-measure'))}{pace}{edge}")
     return found

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -44,15 +44,18 @@ class WindowLog:
         self.path = path
         self.run_id = run_id
         self._checked = False  # whether an existing file's columns were compared with FIELDS
-        self.counted: dict[str, list[WindowResult]] = {}  # by stage: what each stage's machine-load note reads
-        # by (stage, candidate): the pace each candidate ran at in each stage (machine_load.pace_contrast)
-        self.by_candidate: dict[tuple[str, str], list[WindowResult]] = {}
+        # (stage, candidate, window) of every counted window, in the order run: what :meth:`counted` reads
+        self._counted: list[tuple[str, str, WindowResult]] = []
+
+    def counted(self, stages: Sequence[str], candidate: str | None = None) -> list[WindowResult]:
+        """The counted windows of ``stages`` (the burn-in and those measured again are in none), of
+        ``candidate`` only when given, in the order run: what the machine-load and pace notes read."""
+        return [w for stage, cid, w in self._counted if stage in stages and (candidate is None or cid == candidate)]
 
     def sink(self, stage: str) -> WindowSink:
         def write(candidate: str, load: str, round_no: int, result: WindowResult) -> None:
             if round_no != int(BURN_IN_ROUND) and result.set_aside is None:
-                self.counted.setdefault(stage, []).append(result)
-                self.by_candidate.setdefault((stage, candidate), []).append(result)
+                self._counted.append((stage, candidate, result))
             self._set_aside_other_columns()
             new = not self.path.exists() or self.path.stat().st_size == 0
             with self.path.open("a", newline="") as handle:  # one short append per window (~1 s apart)

@@ -178,7 +178,7 @@ def test_the_harness_logs_set_aside_windows_before_their_replacement_and_counts_
     every = read_windows(tmp_path / "windows.csv", set_aside=True)
     assert [(r["candidate"], r["round"], r["set_aside"], r["p99_ms"]) for r in every[3:5]] == [
         ("win", "2", SET_ASIDE, "4.0000"), ("win", "2", "", "5.0000")]
-    assert len(read_windows(tmp_path / "windows.csv")) == 6 and len(log.counted["re-measure"]) == 6
+    assert len(read_windows(tmp_path / "windows.csv")) == 6 and len(log.counted(["re-measure"])) == 6
     assert [n for n in notes if "measured again" in n] == [
         "re-measure: 1 window measured again, not counted: other processes used 0.90 cores during it "
         "against 0.00 in the 6 counted (windows.csv marks them set_aside=crowded)"]

@@ -64,7 +64,7 @@ def test_each_window_keeps_the_machine_load_and_each_stage_its_counted_windows(t
     sink("b", "concurrency=1", 1, result(2.0))  # a client that does not watch the machine: empty cells
     rows = read_windows(path, burn_in=True)
     assert [(r["foreign_cores"], r["steal_cores"]) for r in rows] == [("0.900", "0.000"), ("0.250", "0.010"), ("", "")]
-    assert [w.p99_ms for w in log.counted["remeasure"]] == [2.0, 2.0]  # the burn-in is counted in no stage
+    assert [w.p99_ms for w in log.counted(["remeasure"])] == [2.0, 2.0]  # the burn-in is counted in no stage
 
 
 def test_a_file_with_other_columns_is_set_aside_not_appended_to(tmp_path: Path) -> None:
