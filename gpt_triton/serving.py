@@ -14,6 +14,7 @@ from gpt_triton.deploy import deploy_candidates, unload_candidates, unservable_r
 from gpt_triton.measure.crowding import RepeatCrowded
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.perf_analyzer import load_client
+from gpt_triton.measure.server_watch import ServerWatch
 from gpt_triton.routes import FAMILIES
 from gpt_triton.run import Advance, Run
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
@@ -77,6 +78,8 @@ def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
     if server.mode == "embedded" and measure.repeat_crowded > 0:
         # A remote server's own CPU is among the "other processes" (gpt_triton/measure/crowding.py).
         client = RepeatCrowded(client, measure.repeat_crowded)
+    if server.mode == "embedded":  # a remote server is not this run's process: only its requests fail
+        client = ServerWatch(client, server.exit_note)
     return Measurer(server.grpc_url, run.tuning.inputs, measure, objective or spec.objective,
                     metrics_url=metrics_url, progress=advance, processes=spec.measure.client_processes, seed=seed,
                     client=client, http_url=http_url,

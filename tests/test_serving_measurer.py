@@ -12,7 +12,12 @@ from gpt_triton import serving
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.measure.crowding import RepeatCrowded
 from gpt_triton.measure.machine_load import WatchedClient
+from gpt_triton.measure.server_watch import ServerWatch
 from gpt_triton.measure.window_log import WindowLog
+
+
+def _alive(_wait_s: float) -> str | None:
+    return None
 
 
 def _run(tmp_path: Path, spec: TuneSpec) -> SimpleNamespace:
@@ -24,7 +29,7 @@ def _run(tmp_path: Path, spec: TuneSpec) -> SimpleNamespace:
 @pytest.mark.parametrize("scrape", [False, True])
 def test_metrics_are_read_around_windows_only_when_asked(tmp_path: Path, scrape: bool) -> None:
     """A production Prometheus reads /metrics every 15-30 s; reading it twice a window is opt-in."""
-    server = SimpleNamespace(mode="embedded", grpc_url="127.0.0.1:1", http_url="127.0.0.1:2",
+    server = SimpleNamespace(mode="embedded", grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", exit_note=_alive,
                              metrics_url="http://127.0.0.1:3/metrics")
     spec = TuneSpec.model_validate({"measure": {"scrape_metrics": scrape}})
     measurer = serving.measurer(_run(tmp_path, spec), server, lambda _m: None, "search")  # type: ignore[arg-type]
@@ -41,13 +46,16 @@ def test_only_an_embedded_server_s_measurer_measures_crowded_windows_again(tmp_p
     the rule would read a spinning candidate as a crowd (gpt_triton/measure/crowding.py)."""
     clients = {}
     for mode in ("embedded", "remote"):
-        server = SimpleNamespace(mode=mode, grpc_url="127.0.0.1:1", http_url="", metrics_url=None)
+        server = SimpleNamespace(mode=mode, grpc_url="127.0.0.1:1", http_url="", metrics_url=None, exit_note=_alive)
         clients[mode] = serving.measurer(_run(tmp_path, TuneSpec()), server, lambda _m: None,  # type: ignore[arg-type]
                                          "search").client
-    assert isinstance(clients["embedded"], RepeatCrowded) and clients["embedded"].share == 0.25
-    assert isinstance(clients["embedded"].inner, WatchedClient)
+    # The embedded server's client is watched for the server's death (gpt_triton/measure/server_watch.py).
+    assert isinstance(clients["embedded"], ServerWatch) and clients["embedded"].exit_note is _alive
+    crowded = clients["embedded"].inner
+    assert isinstance(crowded, RepeatCrowded) and crowded.share == 0.25
+    assert isinstance(crowded.inner, WatchedClient)
     assert isinstance(clients["remote"], WatchedClient)
     off = TuneSpec.model_validate({"measure": {"repeat_crowded": 0}})
-    server = SimpleNamespace(mode="embedded", grpc_url="127.0.0.1:1", http_url="", metrics_url=None)
-    assert isinstance(serving.measurer(_run(tmp_path, off), server, lambda _m: None, "search").client,  # type: ignore[arg-type]
-                      WatchedClient)
+    server = SimpleNamespace(mode="embedded", grpc_url="127.0.0.1:1", http_url="", metrics_url=None, exit_note=_alive)
+    watched = serving.measurer(_run(tmp_path, off), server, lambda _m: None, "search").client  # type: ignore[arg-type]
+    assert isinstance(watched, ServerWatch) and isinstance(watched.inner, WatchedClient)

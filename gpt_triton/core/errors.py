@@ -21,7 +21,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "tuned and promoted (or --no-promote)",
     EXIT_NO_WINNER: "no candidate passed held-out acceptance; nothing promoted",
     EXIT_BAD_INPUT: "bad input (model, spec, shapes, reference, repository, tampered artifact)",
-    EXIT_TRANSIENT: "transient failure (Triton unreachable, promotion lock held); retry",
+    EXIT_TRANSIENT: "transient failure (Triton unreachable or died mid-measurement, promotion lock held); retry",
     EXIT_INTERRUPTED: "interrupted",
 }
 
@@ -45,3 +45,14 @@ class TransientError(GptTritonError):
     """A failure that may pass on retry (server unreachable, lock held): exit code 3."""
 
     exit_code = EXIT_TRANSIENT
+
+
+class ServerDiedError(TransientError):
+    """The Triton this run started died while a stage measured on it (exit code 3).
+
+    Its requests then fail with "Socket closed", which used to fail the candidate being measured (and every
+    one after it) or, in the re-measure, end the run as bad input (exit 2, "do not retry"). Neither is
+    what happened: on 2026-12-06 a virtual-machine snapshot of the tuning machine took the python
+    backend down mid re-measure (a boost::interprocess lock_exception after the pause). A Job retries exit
+    3; the message names the model that was being measured, so a model that kills the server each time
+    shows as the same name again."""

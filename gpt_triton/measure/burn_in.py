@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError, ServerDiedError
 from gpt_triton.core.measurements import WindowResult
 
 # One uncounted window: (candidate id, seconds) -> the window's figures; raises GptTritonError when it fails.
@@ -54,6 +54,8 @@ def burn_in(send: SendWindow, candidates: Sequence[str], seconds: float, window_
         for cid in list(live):
             try:
                 done.windows.append((cid, send(cid, min(window_s, max(left, 0.1)))))
+            except ServerDiedError:
+                raise  # not the model's failure: nothing more runs on that server
             except GptTritonError as exc:
                 done.failed[cid] = str(exc)
                 live.remove(cid)

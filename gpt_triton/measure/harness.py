@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.errors import GptTritonError, ServerDiedError
 from gpt_triton.core.measurements import LoadProfile, WindowResult
 from gpt_triton.core.outcomes import MeasureOutcome
 from gpt_triton.core.records import Candidate
@@ -192,6 +192,8 @@ class Measurer:
                     if not run.samples[cid] and self.spec.warmup_s > 0:
                         self._window(models[cid], load, self.spec.warmup_s, 0)  # discarded
                     sample = self._window(models[cid], load, self.spec.window_s, min_requests)
+                except ServerDiedError:
+                    raise  # not this candidate's failure: the stage ends
                 except GptTritonError as exc:
                     run.failed[cid] = str(exc)
                     self._say(log, f"{cid}: measurement failed at {load.label()}: {exc}")
@@ -256,6 +258,8 @@ class Measurer:
             for cid in (pair if round_no % 2 else pair[::-1]):
                 try:
                     sample = self._window(models[cid], load, self.spec.window_s, self.window_min_requests)
+                except ServerDiedError:
+                    raise  # not this candidate's failure: the stage ends
                 except GptTritonError as exc:
                     run.failed[cid] = str(exc)
                     self._say(log, f"{doing}: {cid}: measurement failed at {load.label()}: {exc}")

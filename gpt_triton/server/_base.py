@@ -86,6 +86,12 @@ class TritonServer(ABC):
     def load(self, model_dir: Path) -> None:
         """Load (or reload) the model in ``model_dir`` = ``<name>/{config.pbtxt, <version>/...}``."""
 
+    def exit_note(self, wait_s: float = 0.0) -> str | None:
+        """How this run's own server ended, when it has (waiting up to ``wait_s`` for it to finish dying:
+        its sockets close before the kernel reports its exit); None while it lives. A remote server is not
+        this run's process: its end shows only as failed requests, so the default says nothing."""
+        return None
+
     def __enter__(self: _Server) -> _Server:
         self.start()
         return self

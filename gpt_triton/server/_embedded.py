@@ -303,6 +303,26 @@ class EmbeddedTriton(TritonServer):
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    def exit_note(self, wait_s: float = 0.0) -> str | None:
+        process = self._process
+        if process is None:
+            return None
+        try:
+            code = process.wait(timeout=wait_s) if wait_s > 0 else process.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if code is None:
+            return None
+        how = f"exited with code {code}"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        where = ""
+        if self.log_path is not None:
+            line = last_error_line(self.log_path)
+            where = f"; its log: {self.log_path}" + (f" (last: {line})" if line else "")
+        return f"the embedded Triton (pid {process.pid}) {how}{where}"
+
     def stop(self) -> None:
         self._close_client()
         self._terminate()
