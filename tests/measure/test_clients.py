@@ -12,6 +12,7 @@ from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.crowding import RepeatCrowded
 from gpt_triton.measure.http_lean import HttpConnection, HttpRequestFailed, http_request
 from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer, load_client
+from gpt_triton.measure.server_watch import ServerWatch
 from gpt_triton.server import EmbeddedTriton, TritonServer
 from gpt_triton.testing.conformance.load_clients import DELAY_MODEL, LoadClientConformance, requests_x
 
@@ -32,10 +33,11 @@ class TestBuiltinHttpConformance(LoadClientConformance):
 
 class TestTunersEmbeddedClientConformance(LoadClientConformance):
     """What gpt_triton.serving.measurer gives an embedded server's measurer: the watched client, a window that
-    other processes crowded measured again (gpt_triton/measure/crowding.py)."""
+    other processes crowded measured again (gpt_triton/measure/crowding.py), the server's death asked after
+    on a failed window (gpt_triton/measure/server_watch.py)."""
 
     def make(self, server: TritonServer) -> LoadClient:
-        return RepeatCrowded(load_client("builtin"), 0.25)
+        return ServerWatch(RepeatCrowded(load_client("builtin"), 0.25), server.exit_note)
 
 
 @needs_perf_analyzer
