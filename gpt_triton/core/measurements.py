@@ -229,6 +229,9 @@ class WindowResult(BaseModel):
     rate_held: bool | None = None  # open-loop: achieved >= 98% of target, send lag p99 <= 20 ms, not growing
     foreign_cores: float | None = None  # cores other processes used meanwhile (gpt_triton/measure/machine_load.py)
     steal_cores: float | None = None  # cores the hypervisor took from this machine meanwhile
+    # CPU ms this run's own processes (load generator, Triton, its stubs) spent per request meanwhile: the same
+    # work costing more CPU is a slower machine, which neither of the two above shows (machine_load.py).
+    own_cpu_ms: float | None = None
     set_aside: str | None = None  # why it was measured again instead of counted (gpt_triton/measure/crowding.py)
 
 

@@ -78,6 +78,13 @@ def cores_between(before: CpuSnapshot, after: CpuSnapshot) -> tuple[float, float
     return others, max(0.0, after.steal_s - before.steal_s) / wall
 
 
+def own_cpu_ms_per_request(before: CpuSnapshot, after: CpuSnapshot, requests: int) -> float | None:
+    """CPU milliseconds this run's process tree used per request between two snapshots; None for no request."""
+    if requests <= 0:
+        return None
+    return max(0.0, after.own_s - before.own_s) * 1e3 / requests
+
+
 def cores_during(work: Callable[[], T]) -> tuple[T, tuple[float, float] | None]:
     """``work()``'s result, and (other processes' cores, steal cores) while it ran (:func:`cores_between`);
     None where the counters cannot be read."""
@@ -88,7 +95,8 @@ def cores_during(work: Callable[[], T]) -> tuple[T, tuple[float, float] | None]:
 
 
 class WatchedClient(LoadClient):
-    """Any load client, with each window's machine load (:func:`cores_between`) on its result."""
+    """Any load client, with each window's machine load (:func:`cores_between`) and the CPU this run used per
+    request (:func:`own_cpu_ms_per_request`) on its result."""
 
     def __init__(self, inner: LoadClient) -> None:
         self.inner = inner
@@ -98,11 +106,15 @@ class WatchedClient(LoadClient):
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
                metrics_url: str | None = None, seed: int = 0, payload_start: int = 0,
                settle_s: float = 0.0) -> WindowSample:
-        sample, cores = cores_during(lambda: self.inner.window(
-            grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs, metrics_url=metrics_url,
-            seed=seed, payload_start=payload_start, settle_s=settle_s))
-        if cores is not None:
-            sample.result = sample.result.model_copy(update={"foreign_cores": cores[0], "steal_cores": cores[1]})
+        before = cpu_snapshot()
+        sample = self.inner.window(grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs,
+                                   metrics_url=metrics_url, seed=seed, payload_start=payload_start, settle_s=settle_s)
+        after = cpu_snapshot()
+        cores = cores_between(before, after) if before is not None and after is not None else None
+        if before is not None and after is not None and cores is not None:
+            own = own_cpu_ms_per_request(before, after, sample.result.requests)
+            sample.result = sample.result.model_copy(update={"foreign_cores": cores[0], "steal_cores": cores[1],
+                                                             "own_cpu_ms": own})
         return sample
 
 
@@ -154,14 +166,26 @@ def pace_contrast(first: Mapping[str, Sequence[WindowResult]], second: Mapping[s
     request 24% slower than the finalist pair's had, and their window p99s by 15% and 28%, so the gain fell
     17% (z +5.4). The p50 is the figure a tail moves least, so a shift in it shows the pace of the machine,
     which no window count on one server averages out (in G2 the pace moved 3-6% and the gain still 14%:
-    the clause shows the pace, it does not explain every gap)."""
-    shifts = []
-    for label in first:
-        before = [w.p50_ms for w in first[label] if w.p50_ms > 0]
-        after = [w.p50_ms for w in second.get(label, []) if w.p50_ms > 0]
-        if before and after:
-            a, b = float(np.median(before)), float(np.median(after))
-            shifts.append(f"{label} {100 * (b / a - 1):+.0f}% ({a:.3f} -> {b:.3f} ms)")
+    the clause shows the pace, it does not explain every gap). Beside it, the CPU this run's processes spent
+    per request (``own_cpu_ms``): the same requests costing more CPU is a slower machine, not longer waits
+    (M1, 2026-12-06: a 5-second thread monitor over each stage read 2.08 CPU ms per request in the pair and
+    2.40 in the re-measure, as the median request slowed 23% and 13%)."""
+    shifts = _shifts(first, second, lambda w: w.p50_ms)
     if not shifts:
         return ""
-    return f"; the median request's pace from the {names[0]} to the {names[1]}: {', '.join(shifts)}"
+    cpu = _shifts(first, second, lambda w: w.own_cpu_ms)
+    return (f"; the median request's pace from the {names[0]} to the {names[1]}: {', '.join(shifts)}"
+            + (f"; the CPU this run used per request: {', '.join(cpu)}" if cpu else ""))
+
+
+def _shifts(first: Mapping[str, Sequence[WindowResult]], second: Mapping[str, Sequence[WindowResult]],
+            figure: Callable[[WindowResult], float | None]) -> list[str]:
+    """Per label, the median of ``figure`` over its windows in each stage and the change between them."""
+    out = []
+    for label in first:
+        before = [v for w in first[label] if (v := figure(w)) is not None and v > 0]
+        after = [v for w in second.get(label, []) if (v := figure(w)) is not None and v > 0]
+        if before and after:
+            a, b = float(np.median(before)), float(np.median(after))
+            out.append(f"{label} {100 * (b / a - 1):+.0f}% ({a:.3f} -> {b:.3f} ms)")
+    return out

@@ -7,7 +7,8 @@ keeps all of it, so a figure of a run (the finalist estimate, one phase of the r
 moved a p99) can be re-derived or cross-checked afterwards without running again. Rows are appended as
 the windows end, so a run that stops half-way keeps what it measured; ``run_id`` tells runs apart
 when ``--out`` or ``--resume`` reuses a directory. ``foreign_cores`` and ``steal_cores`` say what else the
-machine ran during the window (:mod:`gpt_triton.measure.machine_load`; empty where unknown). A window
+machine ran during the window, ``own_cpu_ms`` the CPU this run's processes spent per request in it
+(:mod:`gpt_triton.measure.machine_load`; empty where unknown). A window
 other processes crowded and that was measured again in its place (:mod:`gpt_triton.measure.crowding`) is
 kept with ``set_aside`` = ``crowded``, just before the window that replaced it, under the same round;
 :func:`read_windows` leaves it out unless asked. A file an older version wrote with other columns is moved
@@ -26,7 +27,8 @@ from gpt_triton.core.measurements import WindowResult
 
 WINDOWS_FILE = "windows.csv"
 FIELDS = ("run_id", "stage", "candidate", "load", "round", "ended_utc", "duration_s", "requests", "errors",
-          "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "foreign_cores", "steal_cores", "set_aside")
+          "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "foreign_cores", "steal_cores", "set_aside",
+          "own_cpu_ms")
 
 # The round of a burn-in's windows (measure.burn_in_s): sent before a fresh server's first counted window,
 # counted in nothing, kept so that the transient they absorb can be read from a tune afterwards.
@@ -68,6 +70,7 @@ class WindowLog:
                     result.requests, result.errors, f"{result.p50_ms:.4f}", f"{result.p90_ms:.4f}",
                     f"{result.p99_ms:.4f}", f"{result.mean_ms:.4f}", f"{result.throughput:.2f}",
                     _cores(result.foreign_cores), _cores(result.steal_cores), result.set_aside or "",
+                    _cores(result.own_cpu_ms),
                 ])
 
         return write

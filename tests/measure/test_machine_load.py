@@ -19,6 +19,7 @@ from gpt_triton.measure.machine_load import (
     cores_between,
     load_contrast,
     machine_load,
+    own_cpu_ms_per_request,
     pace_contrast,
 )
 from gpt_triton.measure.perf_analyzer import load_client
@@ -37,6 +38,9 @@ def test_other_processes_are_the_busy_time_this_run_did_not_use() -> None:
     # A child reaped in between can put this run's own time a tick above the machine's: never below 0.
     assert cores_between(snap(10, 100, 0, 40), snap(11, 101, 0, 41.01)) == (0.0, 0.0)
     assert cores_between(snap(10, 100, 0, 40), snap(10, 100, 0, 40)) is None
+    # This run's own 2.5 CPU seconds over 500 requests: 5 CPU ms each; no request, no figure.
+    assert own_cpu_ms_per_request(snap(10, 100, 5, 40), snap(12, 103, 5.2, 42.5), 500) == pytest.approx(5.0)
+    assert own_cpu_ms_per_request(snap(10, 100, 5, 40), snap(12, 103, 5.2, 42.5), 0) is None
 
 
 class Spinner(LoadClient):
@@ -76,6 +80,8 @@ def test_this_runs_own_work_is_not_counted_in_a_child_or_in_process() -> None:
         # A full core of this run's own work (the child reaped inside the window) is not another tenant's.
         assert result.foreign_cores is not None and result.foreign_cores < 0.5, (in_child, result.foreign_cores)
         assert result.steal_cores is not None and result.steal_cores >= 0
+        # ... it is this run's CPU per request: the window's one request cost about its 0.6 s of spinning.
+        assert result.own_cpu_ms is not None and 300 < result.own_cpu_ms < 1500, (in_child, result.own_cpu_ms)
 
 
 def test_a_process_outside_the_run_is_counted() -> None:
@@ -111,9 +117,9 @@ def test_a_stage_summary_weighs_windows_by_their_time_and_counts_the_crowded_one
     assert load_contrast(None, load, ("a", "b")) == ""
 
 
-def paced(*p50s: float) -> list[WindowResult]:
+def paced(*p50s: float, cpu: float | None = None) -> list[WindowResult]:
     return [WindowResult(duration_s=1.0, requests=1, errors=0, throughput=1.0, p50_ms=p, p90_ms=p, p99_ms=p,
-                         mean_ms=p) for p in p50s]
+                         mean_ms=p, own_cpu_ms=None if cpu is None else cpu * p) for p in p50s]
 
 
 def test_the_pace_clause_sets_each_sides_median_request_in_the_two_stages_side_by_side() -> None:
@@ -124,3 +130,10 @@ def test_the_pace_clause_sets_each_sides_median_request_in_the_two_stages_side_b
         "; the median request's pace from the finalist pair to the re-measure: baseline +21% (0.895 -> 1.080 ms), "
         "winner +25% (1.220 -> 1.520 ms)")
     assert pace_contrast({"baseline": paced(1.0)}, {"baseline": []}, ("a", "b")) == ""
+    # With the CPU this run spent per request in each window: the same requests costing more CPU (M1, 2026-12-06).
+    before = {"baseline": paced(1.0, 1.0, cpu=2.0), "winner": paced(1.5, cpu=2.0)}
+    after = {"baseline": paced(1.2, 1.2, cpu=2.0), "winner": paced(1.5, cpu=2.2)}
+    assert pace_contrast(before, after, ("finalist pair", "re-measure")) == (
+        "; the median request's pace from the finalist pair to the re-measure: baseline +20% (1.000 -> 1.200 ms), "
+        "winner +0% (1.500 -> 1.500 ms); the CPU this run used per request: baseline +20% (2.000 -> 2.400 ms), "
+        "winner +10% (3.000 -> 3.300 ms)")

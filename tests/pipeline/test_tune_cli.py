@@ -165,6 +165,7 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     # Every window says what else the machine ran meanwhile (the embedded Triton and the load generator are
     # this run's own, so not in it), and the log says it beside the stages the gain comes from.
     assert all(float(r["foreign_cores"]) >= 0 and float(r["steal_cores"]) >= 0 for r in every)
+    assert all(float(r["own_cpu_ms"]) > 0 for r in every if int(r["requests"]) > 0)  # the CPU it cost per request
     if "remeasure" in stages:
         loads = [d for d in report["decisions"] if d.startswith("re-measure: other processes used ")]
         windows_remeasured = sum(r["stage"] == "remeasure" for r in rows)
@@ -177,6 +178,13 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
             before, after = (float(np.median([float(r["p50_ms"]) for r in rows if r["stage"] == stage and r["candidate"] == cid]))
                              for stage in ("finalists-pair", "remeasure"))
             shown = line.split(f" {side} ")[1].split(" ms")[0]  # "+21% (0.895 -> 1.080"
+            assert float(shown.split("(")[1].split(" -> ")[0]) == pytest.approx(before, rel=0.01), line
+            assert float(shown.split(" -> ")[1]) == pytest.approx(after, rel=0.01), line
+            # ... and the CPU this run spent per request there (windows.csv's own_cpu_ms), after it.
+            before, after = (float(np.median([float(r["own_cpu_ms"]) for r in rows
+                                              if r["stage"] == stage and r["candidate"] == cid]))
+                             for stage in ("finalists-pair", "remeasure"))
+            shown = line.split("the CPU this run used per request: ")[1].split(f"{side} ")[1].split(" ms")[0]
             assert float(shown.split("(")[1].split(" -> ")[0]) == pytest.approx(before, rel=0.01), line
             assert float(shown.split(" -> ")[1]) == pytest.approx(after, rel=0.01), line
     def p99s(stage: str, cid: str) -> list[float]:
