@@ -169,7 +169,7 @@ def pace_contrast(first: Mapping[str, Sequence[WindowResult]], second: Mapping[s
     the clause shows the pace, it does not explain every gap). Beside it, the CPU this run's processes spent
     per request (``own_cpu_ms``): the same requests costing more CPU is a slower machine, not longer waits
     (M1, 2026-12-06: a 5-second thread monitor over each stage read 2.08 CPU ms per request in the pair and
-    2.40 in the re-measure, as the median request slowed 23% and 13%)."""
+    2.39 in the re-measure, as the median request slowed 23% and 13%)."""
     shifts = _shifts(first, second, lambda w: w.p50_ms)
     if not shifts:
         return ""
