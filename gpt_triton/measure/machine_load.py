@@ -110,8 +110,7 @@ class WatchedClient(LoadClient):
         sample = self.inner.window(grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs,
                                    metrics_url=metrics_url, seed=seed, payload_start=payload_start, settle_s=settle_s)
         after = cpu_snapshot()
-        cores = cores_between(before, after) if before is not None and after is not None else None
-        if before is not None and after is not None and cores is not None:
+        if before is not None and after is not None and (cores := cores_between(before, after)) is not None:
             own = own_cpu_ms_per_request(before, after, sample.result.requests)
             sample.result = sample.result.model_copy(update={"foreign_cores": cores[0], "steal_cores": cores[1],
                                                              "own_cpu_ms": own})
