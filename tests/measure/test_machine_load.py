@@ -80,8 +80,8 @@ def test_this_runs_own_work_is_not_counted_in_a_child_or_in_process() -> None:
         # A full core of this run's own work (the child reaped inside the window) is not another tenant's.
         assert result.foreign_cores is not None and result.foreign_cores < 0.5, (in_child, result.foreign_cores)
         assert result.steal_cores is not None and result.steal_cores >= 0
-        # ... it is this run's CPU per request: the window's one request cost about its 0.6 s of spinning.
-        assert result.own_cpu_ms is not None and 300 < result.own_cpu_ms < 1500, (in_child, result.own_cpu_ms)
+        # ... it is this run's CPU per request: the one request cost its spinning (0.6 s less what others took).
+        assert result.own_cpu_ms is not None and 100 < result.own_cpu_ms < 1500, (in_child, result.own_cpu_ms)
 
 
 def test_a_process_outside_the_run_is_counted() -> None:
