@@ -155,6 +155,20 @@ def last_error_line(log_path: Path) -> str:
     return fallback
 
 
+_DEATH_NOTE = re.compile(r"^(Signal \(\d+\) received\.|terminate called .*|\s*what\(\): .*)$")
+
+
+def last_death_note(log_path: Path) -> str:
+    """What tritonserver printed as it died (its signal handler's ``Signal (11) received.``, a C++
+    ``terminate called after throwing ...`` and its ``what():``), joined; empty when it printed none."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    notes = [" ".join(line.split()) for line in lines if _DEATH_NOTE.match(line)]
+    return "; ".join(notes[-3:])
+
+
 class EmbeddedTriton(TritonServer):
     """A tritonserver child process over ``repository`` (explicit model control)."""
 
@@ -319,8 +333,10 @@ class EmbeddedTriton(TritonServer):
                 how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
         where = ""
         if self.log_path is not None:
-            line = last_error_line(self.log_path)
-            where = f"; its log: {self.log_path}" + (f" (last: {line})" if line else "")
+            # Not last_error_line: the last E line of a server that ran for minutes is start-up noise
+            # ("CudaDriverHelper has not been initialized."); its own death notes are unprefixed.
+            note = last_death_note(self.log_path)
+            where = f"; its log: {self.log_path}" + (f" ({note})" if note else "")
         return f"the embedded Triton (pid {process.pid}) {how}{where}"
 
     def stop(self) -> None:

@@ -12,7 +12,8 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.routes import Route
 from gpt_triton.deploy import write_model
-from gpt_triton.server import EmbeddedTriton, TritonServer, python_backend_dir, triton_binary
+from gpt_triton.server import EmbeddedTriton, TritonServer, last_error_line, python_backend_dir, triton_binary
+from gpt_triton.server._embedded import last_death_note
 from gpt_triton.testing.conformance.servers import ServerConformance, artifact_for, deploy, unique
 
 
@@ -214,3 +215,21 @@ def test_the_reason_skips_grpc_shutdown_noise(tmp_path: Path) -> None:
         "error: Bad file descriptor\n"
     )
     assert last_error_line(log) == "invalid argument for --model-control-mode"
+
+
+def test_the_death_note_is_what_the_server_printed_as_it_died(tmp_path: Path) -> None:
+    """2026-12-06, a re-measure's server: its last E line was start-up noise, its death unprefixed lines."""
+    log = tmp_path / "triton-remeasure.log"
+    log.write_text(
+        'E1206 14:04:32.782079 5854 server.cc:241] "CudaDriverHelper has not been initialized."\n'
+        'I1206 14:06:44.419455 5854 model_lifecycle.cc:839] "successfully loaded \'c_70fde24c900c_r\'"\n'
+        "Signal (11) received.\n"
+        " 0# 0x000055D7AF0B152D in /opt/tritonserver/bin/tritonserver\n"
+        "terminate called after throwing an instance of 'boost::interprocess::lock_exception'\n"
+        "  what():  boost::interprocess::lock_exception\n"
+        "I1206 14:08:41.564840 6006 pb_stub.cc:2145]  Non-graceful termination detected. \n")
+    assert last_death_note(log) == ("Signal (11) received.; terminate called after throwing an instance of "
+                                    "'boost::interprocess::lock_exception'; what(): boost::interprocess::lock_exception")
+    assert last_error_line(log) == '"CudaDriverHelper has not been initialized."'  # why it is not used there
+    log.write_text('I1206 14:06:44.419455 5854 model_lifecycle.cc:839] "successfully loaded"\n')
+    assert last_death_note(log) == "" and last_death_note(tmp_path / "missing.log") == ""
