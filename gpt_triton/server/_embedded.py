@@ -169,6 +169,16 @@ def last_death_note(log_path: Path) -> str:
     return "; ".join(notes[-3:])
 
 
+def _process_group(pgid: int) -> list[psutil.Process]:
+    """The live processes of process group ``pgid``."""
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+    return members
+
+
 class EmbeddedTriton(TritonServer):
     """A tritonserver child process over ``repository`` (explicit model control)."""
 
@@ -356,6 +366,11 @@ class EmbeddedTriton(TritonServer):
             group = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
         except psutil.NoSuchProcess:
             group = []
+        # A server that died first leaves its python stubs orphaned (no longer its children), and one caught
+        # mid-request can outlive it: they still carry its process group (a tune whose server was sent
+        # SIGSEGV left the stub of the model under load running).
+        known = {p.pid for p in group}
+        group += [p for p in _process_group(process.pid) if p.pid not in known]
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, sig)

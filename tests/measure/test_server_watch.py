@@ -21,6 +21,7 @@ from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.perf_analyzer import load_client
 from gpt_triton.measure.server_watch import ServerWatch
 from gpt_triton.server import EmbeddedTriton
+from gpt_triton.server._embedded import _process_group
 
 DEAD = "the embedded Triton (pid 4242) was killed by signal 11 (SIGSEGV); its log: /run/triton-remeasure.log"
 
@@ -106,6 +107,7 @@ def test_a_server_killed_mid_run_stops_the_run_and_fails_no_candidate(tmp_path: 
         with pytest.raises(ServerDiedError) as caught:
             measurer.measure([a, b])
         pid = server.pid
+    assert pid is not None and not _process_group(pid)  # stopping the dead server left none of its stubs
     message = str(caught.value)
     assert f"the embedded Triton (pid {pid}) was killed by signal 9 (SIGKILL)" in message
     assert str(tmp_path / "triton-remeasure.log") in message

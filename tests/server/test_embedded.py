@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
+import tritonclient.grpc as grpcclient
+from delay_model import write_delay_model
 
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
@@ -233,3 +238,37 @@ def test_the_death_note_is_what_the_server_printed_as_it_died(tmp_path: Path) ->
     assert last_error_line(log) == '"CudaDriverHelper has not been initialized."'  # why it is not used there
     log.write_text('I1206 14:06:44.419455 5854 model_lifecycle.cc:839] "successfully loaded"\n')
     assert last_death_note(log) == "" and last_death_note(tmp_path / "missing.log") == ""
+
+
+@pytest.mark.slow
+def test_stopping_a_server_that_died_mid_request_leaves_none_of_its_stubs(tmp_path: Path) -> None:
+    """A tune whose server was sent SIGSEGV (2026-12-06) left the stub of the model under load running: it had
+    been orphaned, so it was no longer the server's child. stop() finds it by the server's process group."""
+    started = tmp_path / "started"
+    with EmbeddedTriton(tmp_path / "repo") as server:
+        assert server.repository is not None and server.pid is not None
+        model = write_delay_model(server.repository, "stuck", {1: 60.0})
+        code = (model / "1" / "model.py").read_text()
+        (model / "1" / "model.py").write_text(code.replace(
+            "time.sleep(DELAY_S)", f"open({str(started)!r}, 'w').close(); time.sleep(DELAY_S)"))
+        server.load(model)
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        x = grpcclient.InferInput("x", [1, 16], "FP32")
+        x.set_data_from_numpy(np.zeros((1, 16), np.float32))
+        client.async_infer("stuck", [x], callback=lambda result, error: None)
+        deadline = time.monotonic() + 60
+        while not started.exists():  # the stub is inside execute(), mid-request
+            assert time.monotonic() < deadline, "the request never reached the stub"
+            time.sleep(0.05)  # polling interval of a condition with a deadline
+        pgid = server.pid
+        os.kill(pgid, signal.SIGSEGV)
+        assert server.exit_note(wait_s=30) is not None
+        client.close()
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                left.append(proc.cmdline())
+        except (psutil.Error, OSError):
+            continue
+    assert left == []
