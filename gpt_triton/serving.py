@@ -75,11 +75,10 @@ def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
     metrics_url = server.metrics_url if measure.scrape_metrics else None
     http_url = server.http_url or None
     client = load_client(measure.client, spec.measure.client_processes, measure.protocol, http_url)
-    if server.mode == "embedded" and measure.repeat_crowded > 0:
-        # A remote server's own CPU is among the "other processes" (gpt_triton/measure/crowding.py).
-        client = RepeatCrowded(client, measure.repeat_crowded)
-    if server.mode == "embedded":  # a remote server is not this run's process: only its requests fail
-        client = ServerWatch(client, server.exit_note)
+    if server.mode == "embedded":  # a remote server is not this run's process:
+        if measure.repeat_crowded > 0:  # its CPU is among the "other processes" (gpt_triton/measure/crowding.py)
+            client = RepeatCrowded(client, measure.repeat_crowded)
+        client = ServerWatch(client, server.exit_note)  # and its end shows only as failed requests
     return Measurer(server.grpc_url, run.tuning.inputs, measure, objective or spec.objective,
                     metrics_url=metrics_url, progress=advance, processes=spec.measure.client_processes, seed=seed,
                     client=client, http_url=http_url,

@@ -167,7 +167,7 @@ def pace_contrast(first: Mapping[str, Sequence[WindowResult]], second: Mapping[s
     which no window count on one server averages out (in G2 the pace moved 3-6% and the gain still 14%:
     the clause shows the pace, it does not explain every gap). Beside it, the CPU this run's processes spent
     per request (``own_cpu_ms``): the same requests costing more CPU is a slower machine, not longer waits
-    (M1, 2026-12-06: a 5-second thread monitor over each stage read 2.08 CPU ms per request in the pair and
+    (M1, 2026-12-06: benchmarks/process_cpu_monitor.py over each stage read 2.08 CPU ms per request in the pair and
     2.39 in the re-measure, as the median request slowed 23% and 13%)."""
     shifts = _shifts(first, second, lambda w: w.p50_ms)
     if not shifts:

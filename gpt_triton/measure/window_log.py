@@ -69,8 +69,8 @@ class WindowLog:
                     datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), f"{result.duration_s:.4f}",
                     result.requests, result.errors, f"{result.p50_ms:.4f}", f"{result.p90_ms:.4f}",
                     f"{result.p99_ms:.4f}", f"{result.mean_ms:.4f}", f"{result.throughput:.2f}",
-                    _cores(result.foreign_cores), _cores(result.steal_cores), result.set_aside or "",
-                    _cores(result.own_cpu_ms),
+                    _three_decimals(result.foreign_cores), _three_decimals(result.steal_cores), result.set_aside or "",
+                    _three_decimals(result.own_cpu_ms),
                 ])
 
         return write
@@ -88,7 +88,7 @@ class WindowLog:
             self.path.rename(self.path.with_name(f"{self.path.stem}.{digest}{self.path.suffix}"))
 
 
-def _cores(value: float | None) -> str:
+def _three_decimals(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 

@@ -18,7 +18,7 @@ from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.routes import Route
 from gpt_triton.deploy import write_model
 from gpt_triton.server import EmbeddedTriton, TritonServer, last_error_line, python_backend_dir, triton_binary
-from gpt_triton.server._embedded import last_death_note
+from gpt_triton.server._embedded import _process_group, last_death_note
 from gpt_triton.testing.conformance.servers import ServerConformance, artifact_for, deploy, unique
 
 
@@ -211,7 +211,6 @@ def test_port_clash_is_retried_on_fresh_ports(tmp_path: Path, monkeypatch: pytes
 
 def test_the_reason_skips_grpc_shutdown_noise(tmp_path: Path) -> None:
     """gRPC may log an epoll error after Triton's own reason on a failed start; the reason is Triton's."""
-    from gpt_triton.server._embedded import last_error_line
 
     log = tmp_path / "tritonserver.log"
     log.write_text(
@@ -264,11 +263,4 @@ def test_stopping_a_server_that_died_mid_request_leaves_none_of_its_stubs(tmp_pa
         os.kill(pgid, signal.SIGSEGV)
         assert server.exit_note(wait_s=30) is not None
         client.close()
-    left = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid:
-                left.append(proc.cmdline())
-        except (psutil.Error, OSError):
-            continue
-    assert left == []
+    assert _process_group(pgid) == []
