@@ -21,6 +21,7 @@ from gpt_triton.core.outcomes import StageOutcome, apply_outcomes
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.environment import machine
+from gpt_triton.measure.runs import RemeasuredInTurns
 from gpt_triton.measure.window_log import WINDOWS_FILE, WindowLog
 from gpt_triton.routes.baseline import BaselineRoute
 
@@ -138,6 +139,8 @@ class Run:
         prepare_run_dir(self.run_dir)
         self.staging = self.run_dir / "staging"  # the candidates' Triton model repository
         self.windows = WindowLog(self.run_dir / WINDOWS_FILE, run_id)  # every window of every stage, as run
+        # The re-measure when it ran in turns with the finalist pair (gpt_triton/steps.py, pair_and_remeasure_in_turns), until judged.
+        self.remeasured_in_turns: RemeasuredInTurns | None = None
         self.report = RunReport(
             run_id=run_id, run_dir=str(self.run_dir), tool_version=__version__, created=_now(), model=info, shapes=shapes,
             spec=self.spec, machine=machine(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec, TuneSpec
@@ -66,10 +66,12 @@ def serve(run: Run, candidates: Sequence[Candidate], label: str, suffix: str) ->
 
 
 def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
-             measure: MeasureSpec | None = None, objective: ObjectiveSpec | None = None, seed: int = 0) -> Measurer:
+             measure: MeasureSpec | None = None, objective: ObjectiveSpec | None = None, seed: int = 0,
+             at_round: Callable[[], None] | None = None) -> Measurer:
     """The one way a run builds its measurer: the tuning split's inputs, the run's measure and objective
     specs (or a stage's own), the server's /metrics only with ``measure.scrape_metrics``, and the run's
-    windows.csv, whose rows name ``stage``."""
+    windows.csv, whose rows name ``stage``; ``at_round`` is called as each round of windows starts (a
+    stage in turns with another waits there: gpt_triton/measure/relay.py)."""
     spec = run.spec
     measure = measure or spec.measure
     metrics_url = server.metrics_url if measure.scrape_metrics else None
@@ -82,7 +84,7 @@ def measurer(run: Run, server: TritonServer, advance: Advance, stage: str,
     return Measurer(server.grpc_url, run.tuning.inputs, measure, objective or spec.objective,
                     metrics_url=metrics_url, progress=advance, processes=spec.measure.client_processes, seed=seed,
                     client=client, http_url=http_url,
-                    on_window=run.windows.sink(stage))
+                    on_window=run.windows.sink(stage), at_round=at_round)
 
 
 def unusable_families(spec: TuneSpec, server: TritonServer) -> dict[str, str]:

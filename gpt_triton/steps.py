@@ -8,8 +8,11 @@ it used in ``report.decisions``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from gpt_triton.accuracy.reference import HeldOut
 from gpt_triton.accuracy.served import accept
@@ -24,7 +27,8 @@ from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.gain_precision import GainPrecision, rule_applies
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
 from gpt_triton.measure.machine_load import MachineLoad, load_contrast, machine_load, pace_contrast
-from gpt_triton.measure.runs import RemeasureResult
+from gpt_triton.measure.relay import Relay, in_turns
+from gpt_triton.measure.runs import RemeasuredInTurns, RemeasureResult
 from gpt_triton.run import Run
 from gpt_triton.select import Selection, after_refinement, gain_over_servers, select, select_finalists
 from gpt_triton.serving import measurer, serve
@@ -139,6 +143,10 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         run.decide(line)
     for line in final.log[chosen_on_the_run:]:
         run.decide(f"finalists: select: {line}")
+    if run.remeasured_in_turns is not None and (pair is None or final.winner_id != pair[1]):
+        unjudged, run.remeasured_in_turns = run.remeasured_in_turns, None  # it measured a winner no longer selected
+        _decide_per_server(run, unjudged.notes)
+        run.decide("finalists: the re-measure that ran in turns with the pair is not judged: the selection changed")
     if final.winner_id is None:
         run.decide("finalists: no finalist was measured again: the search's selection stands")
         return first
@@ -158,6 +166,8 @@ def pair_estimate(run: Run, design: Sequence[Candidate], pair: tuple[str, str], 
     leaves beyond the re-measure's least cost; None when the rule does not apply or a member would not load."""
     if not rule_applies(stage.gain_precision, objective.metric):  # no server started for nothing
         return None
+    if run.spec.measure.remeasure_in_turns:
+        return pair_and_remeasure_in_turns(run, design, pair, stage, objective, notes)
     with serve(run, design, "finalists-pair", "_p") as (server, loaded), \
             run.progress.bar("finalists: measuring the selected candidate against the baseline (windows)", None) as advance:
         if len(loaded) != len(design):
@@ -170,6 +180,56 @@ def pair_estimate(run: Run, design: Sequence[Candidate], pair: tuple[str, str], 
         if (load := stage_load(run, ["finalists-pair"])) is not None:
             notes.append(f"finalists: the pair's server: {_load_words(run, load)}")
         return found
+
+
+def pair_and_remeasure_in_turns(run: Run, design: Sequence[Candidate], pair: tuple[str, str], stage: MeasureSpec,
+                                objective: ObjectiveSpec, notes: list[str]) -> GainPrecision | None:
+    """:func:`pair_estimate` and the re-measure (``measure.remeasure_in_turns``): the pair's server and the
+    re-measure's (``measure.remeasure_servers`` of them) started together, each holding its own copies of
+    ``design``, their stages taking turns a round each (:mod:`gpt_triton.measure.relay`), every burn-in
+    before any counted round, so that the estimate and the re-measure see the same spells of the machine.
+    The re-measure's results wait in ``run.remeasured_in_turns`` for :func:`remeasure` to judge. Returns the
+    pair's estimate; None (nothing measured, the re-measure left to run on its own) when a member would
+    not load."""
+    spec = run.spec.measure
+    servers = spec.remeasure_servers
+    remeasure_spec = spec.model_copy(update={"gain_precision": spec.gain_precision * math.sqrt(servers)})
+    stages = [("finalists-pair", "_p"), *(_remeasure_stage(i) for i in range(servers))]
+    holders = [list(design), *([fresh_copy(c) for c in design] for _ in range(servers))]
+    relay = Relay([label for label, _ in stages])
+    lines: list[list[str]] = [[] for _ in stages]
+    with contextlib.ExitStack() as stack:
+        served = [stack.enter_context(serve(run, held, label, suffix)) for (label, suffix), held in zip(stages, holders, strict=True)]
+        if any(len(loaded) != len(design) for _, loaded in served):
+            notes.append("finalists: the re-measure's candidates did not all load on the servers that were to take turns: "
+                         "the estimate is the finalist run's, and the re-measure runs on its own")
+            return None
+        advance = stack.enter_context(run.progress.bar(
+            f"re-measuring in turns with the finalists' pair: {len(design)} candidates on {len(stages)} servers (windows)", None))
+        deadline = run.budget.deadline(1.0, keep_s=run.budget.heldout_s())  # the two share the time they both take
+        judges = [measurer(run, server, advance, label, stage if index == 0 else remeasure_spec,
+                           objective if index == 0 else None, seed=4_271 if index == 0 else 1_013 * (index - 1),
+                           at_round=functools.partial(relay.turn, label))
+                  for index, ((label, _), (server, _)) in enumerate(zip(stages, served, strict=True))]
+        work: dict[str, Callable[[], object]] = {
+            "finalists-pair": functools.partial(judges[0].measure_pair, holders[0], pair, lines[0], "finalists", deadline)}
+        for index in range(1, len(stages)):
+            work[stages[index][0]] = functools.partial(judges[index].remeasure, holders[index], pair, lines[index], deadline)
+        results = in_turns(relay, work)
+        for judge in judges:
+            run.budget.observe_windows(judge.objective_window_seconds)
+    for index, (label, _) in enumerate(stages):
+        if (load := stage_load(run, [label])) is not None:
+            lines[index].append(f"finalists: the pair's server: {_load_words(run, load)}" if index == 0
+                                else f"re-measure: {_load_words(run, load)}")
+    notes.extend(lines[0])
+    notes.append(f"finalists: the pair's rounds took turns with the re-measure's on {servers} fresh "
+                 f"server{'s' if servers > 1 else ''} of its own ({len(relay.turns)} turns), so both saw the same "
+                 "spells of the machine")
+    run.remeasured_in_turns = RemeasuredInTurns(
+        contenders=[c.id for c in design], notes=lines[1:],
+        per_server=[cast("dict[str, RemeasureResult]", results[label]) for label, _ in stages[1:]])
+    return cast("GainPrecision | None", results["finalists-pair"])
 
 
 def remeasure_order(winner: Candidate, runner_up: Candidate | None, baseline: Candidate) -> list[Candidate]:
@@ -203,37 +263,28 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     spec = run.spec
     contenders = remeasure_order(winner, runner_up, baseline)
     servers = spec.measure.remeasure_servers
-    # Each server's pair to sqrt(servers) times the target: pooled, about the target (when they agree).
-    stage = spec.measure.model_copy(update={"gain_precision": spec.measure.gain_precision * math.sqrt(servers)})
-    per_server: list[dict[str, RemeasureResult]] = []
     if servers > 1 and run.options.triton_url:
         run.decide(f"re-measure: {servers} repetitions on the server at --triton-url, which is not restarted between "
                    "them: their spread is between loads of the models, not between servers")
-    for index in range(servers):
-        label, suffix = _remeasure_stage(index)
-        with serve(run, contenders, label, suffix) as (server, loaded):
-            if len(loaded) != len(contenders):
-                return None
-            title = "re-measuring" + (f" on server {index + 1} of {servers}" if servers > 1 else "")
-            with run.progress.bar(f"{title}: {len(contenders)} candidates (windows)", None) as advance:
-                notes: list[str] = []
-                # An equal share of what is left for each server still to run, after the others' least cost.
-                later = (servers - 1 - index) * run.budget.remeasure_server_s()
-                deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
-                # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
-                per_server.append(measurer(run, server, advance, label, stage, seed=1_013 * index).remeasure(
-                    contenders, (baseline.id, winner.id), notes, deadline))
-                if (load := stage_load(run, [label])) is not None:
-                    notes.append(f"re-measure: {_load_words(run, load)}")
-        for line in notes:
-            run.decide(line if servers == 1 else f"server {index + 1} of {servers}: {line}")
+    taken, run.remeasured_in_turns = run.remeasured_in_turns, None
+    in_turns = taken is not None and taken.contenders == [c.id for c in contenders]
+    if taken is not None and not in_turns:  # not expected: the finalist stage ran it for the pair it selected
+        run.decide(f"re-measure: the one run in turns with the finalist pair held {', '.join(taken.contenders)}, "
+                   "not these candidates: measured again on its own")
+    measured = (taken.per_server, taken.notes) if taken is not None and in_turns else \
+        _remeasure_one_after_another(run, contenders, (baseline.id, winner.id))
+    if measured is None:
+        return None
+    per_server, lines = measured
+    _decide_per_server(run, lines)
     win_value = objective_value(winner.latency, spec.objective)
     base_value = objective_value(baseline.latency, spec.objective)
     if estimate is None:
         estimate = base_value / win_value if win_value and base_value else None
     found = gain_over_servers([(results[baseline.id], results[winner.id]) for results in per_server],
                               spec.objective, spec.measure, estimate, estimate_interval)
-    where = "a fresh server" if servers == 1 else f"{servers} fresh servers"
+    where = ("a fresh server" if servers == 1 else f"{servers} fresh servers") + \
+        (" in turns with the finalist pair's" if in_turns else "")
     run.decide(
         f"re-measured on {where}, interleaved: baseline/winner {found.metric} ratio"
         f"{' (paired by round)' if found.statistic == 'paired' else ''} {found.ratio.value:.3f} "
@@ -259,6 +310,42 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         run.decide(f"re-measure against the finalist run's estimate: {between.describe()}"
                    f"{load_contrast(*loads, ('finalist pair', 're-measure'))}{pace}{edge}")
     return found
+
+
+def _remeasure_one_after_another(run: Run, contenders: Sequence[Candidate], pair: tuple[str, str],
+                                 ) -> tuple[list[dict[str, RemeasureResult]], list[list[str]]] | None:
+    """The re-measure on its ``measure.remeasure_servers`` fresh servers in turn, after the finalist stage:
+    each server's results and decision lines; None when a contender would not load."""
+    servers = run.spec.measure.remeasure_servers
+    # Each server's pair to sqrt(servers) times the target: pooled, about the target (when they agree).
+    stage = run.spec.measure.model_copy(update={"gain_precision": run.spec.measure.gain_precision * math.sqrt(servers)})
+    per_server: list[dict[str, RemeasureResult]] = []
+    lines: list[list[str]] = []
+    for index in range(servers):
+        label, suffix = _remeasure_stage(index)
+        with serve(run, contenders, label, suffix) as (server, loaded):
+            if len(loaded) != len(contenders):
+                return None
+            title = "re-measuring" + (f" on server {index + 1} of {servers}" if servers > 1 else "")
+            with run.progress.bar(f"{title}: {len(contenders)} candidates (windows)", None) as advance:
+                notes: list[str] = []
+                # An equal share of what is left for each server still to run, after the others' least cost.
+                later = (servers - 1 - index) * run.budget.remeasure_server_s()
+                deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
+                # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
+                per_server.append(measurer(run, server, advance, label, stage, seed=1_013 * index).remeasure(
+                    contenders, pair, notes, deadline))
+                if (load := stage_load(run, [label])) is not None:
+                    notes.append(f"re-measure: {_load_words(run, load)}")
+        lines.append(notes)
+    return per_server, lines
+
+
+def _decide_per_server(run: Run, lines: Sequence[Sequence[str]]) -> None:
+    """The re-measure's decision lines, each server's named when there are several."""
+    for index, notes in enumerate(lines):
+        for line in notes:
+            run.decide(line if len(lines) == 1 else f"server {index + 1} of {len(lines)}: {line}")
 
 
 def _remeasure_stage(index: int) -> tuple[str, str]:

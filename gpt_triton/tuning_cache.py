@@ -61,14 +61,16 @@ def spec_digest(spec: TuneSpec) -> str:
     """Digest of the spec sections that change what a recorded build or score means.
 
     ``search`` is left out on purpose: raising max_builds or switching mode must be able to resume. So are
-    ``measure.remeasure_servers``, ``measure.burn_in_s`` and ``measure.gain_statistic``: they change only
+    ``measure.remeasure_servers``, ``measure.burn_in_s``, ``measure.gain_statistic`` and
+    ``measure.remeasure_in_turns``: they change only
     the stages after the search
     (the finalists' pair server, the re-measure), which always run again (and a cache written before the
     fields existed keeps its digest); and ``measure.repeat_crowded``, which keeps another tenant's load out
     of a score, not what the score measures.
     """
     relevant = spec.model_dump(mode="json", include={"families", "measure", "objective", "accuracy"},
-                               exclude={"measure": {"remeasure_servers", "burn_in_s", "repeat_crowded", "gain_statistic"}})
+                               exclude={"measure": {"remeasure_servers", "burn_in_s", "repeat_crowded", "gain_statistic",
+                                                    "remeasure_in_turns"}})
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

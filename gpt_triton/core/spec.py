@@ -110,6 +110,12 @@ class MeasureSpec(_Strict):
     # 2 or more the gain is pooled over them with that spread in its interval (core.measurements.between_servers),
     # at about that many times the re-measure's cost.
     remeasure_servers: Annotated[int, Field(ge=1, le=8)] = 1
+    # The finalist pair's estimate and the re-measure on their fresh servers at the same time, taking turns a
+    # round each (their burn-ins first), so that both see the same spells of the machine: run one after the
+    # other, the gain of a conv_attention route moved by up to 17% between them with nothing else running,
+    # and the estimate missed the re-measure by that (gpt_triton/measure/relay.py). Each keeps its own
+    # server, seeds and windows. false: the pair's run, then the re-measure's.
+    remeasure_in_turns: bool = True
     # Seconds of its own traffic each model gets, in windows alternating over the models loaded, on every fresh
     # server whose windows give the reported gain (the finalist stage's pair server, each re-measure server)
     # before its first counted window. In a fresh embedded server the selected conv_attention candidate ran

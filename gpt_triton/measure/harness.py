@@ -78,6 +78,7 @@ class Measurer:
         client: LoadClient | None = None,
         http_url: str | None = None,
         on_window: WindowSink | None = None,
+        at_round: Callable[[], None] | None = None,
     ) -> None:
         if not requests:
             raise GptTritonError("no requests to measure with: the tuning split is empty")
@@ -91,6 +92,8 @@ class Measurer:
         self.metrics_url = metrics_url
         self.progress = progress or (lambda _msg: None)
         self.on_window = on_window  # every counted window (not warm-ups), as it ends: the run's windows.csv
+        # Called as each round of windows starts: a stage measured in turns with another waits there (.relay).
+        self.at_round = at_round or (lambda: None)
         self.processes = processes
         self.server_pid = server_pid
         self.outputs = list(outputs) if outputs else None
@@ -182,6 +185,7 @@ class Measurer:
             todo = [cid for cid in models if cid not in done and cid not in run.dropped and cid not in run.failed]
             if not todo:
                 break
+            self.at_round()
             if shuffle and round_no > 1:
                 # A fresh order each round: a candidate does not always follow the same neighbour, so a
                 # carry-over (a previous model's threads still spinning, its cache footprint) is noise
@@ -255,6 +259,7 @@ class Measurer:
                 stopped_by = "time budget"
                 break
             round_no += 1
+            self.at_round()
             for cid in (pair if round_no % 2 else pair[::-1]):
                 try:
                     sample = self._window(models[cid], load, self.spec.window_s, self.window_min_requests)
@@ -409,6 +414,7 @@ class Measurer:
                 self.on_window(cid, load.label(), 0, result)
             return result
 
+        self.at_round()  # in turns, every stage's burn-in comes before any counted round
         with pinned(self.server_pid):
             done = burn_in(send, list(models), self.spec.burn_in_s * len(models), self.spec.window_s)
         self._say(log, f"{doing}: {done.describe(self.spec.burn_in_s)}")

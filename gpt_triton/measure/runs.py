@@ -36,6 +36,17 @@ class RemeasureResult:
         return [s.latencies_ms for s in self.samples]
 
 
+@dataclass
+class RemeasuredInTurns:
+    """A re-measure already run, in turns with the finalist pair's estimate (gpt_triton/measure/relay.py), for
+    the re-measure step to judge: whom its servers held (ids, in its order) and, per server, each
+    candidate's result and that server's decision lines."""
+
+    contenders: list[str]
+    per_server: list[dict[str, RemeasureResult]]
+    notes: list[list[str]]
+
+
 def remeasure_result(load: LoadProfile, samples: Sequence[WindowSample], spec: MeasureSpec, seed: int) -> RemeasureResult:
     """A candidate's re-measure from its windows (one server's, or every server's pooled)."""
     stats = summarise(load, samples, spec.stability, spec.confidence, spec.bootstrap_resamples, seed)

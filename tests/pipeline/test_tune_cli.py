@@ -141,7 +141,20 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     rows = read_windows(out / "windows.csv")
     assert {r["run_id"] for r in rows} == {report["run_id"]}
     stages = [r["stage"] for r in rows]
-    assert stages == sorted(stages, key=["search", "finalists", "finalists-pair", "remeasure"].index), sorted(set(stages))
+    phases = [min(["search", "finalists", "finalists-pair", "remeasure"].index(s), 2) for s in stages]
+    assert phases == sorted(phases), sorted(set(stages))  # the last two take turns (measure.remeasure_in_turns)
+    if {"finalists-pair", "remeasure"} <= set(stages):
+        # ... a round each: every burn-in first, then the pair's round k, the re-measure's round k, the pair's
+        # k + 1, ..., until one of them ends (the stop rule or the cap).
+        turns: list[tuple[str, int]] = []
+        for r in read_windows(out / "windows.csv", burn_in=True):
+            if r["stage"] in ("finalists-pair", "remeasure") and (not turns or turns[-1] != (r["stage"], int(r["round"]))):
+                turns.append((r["stage"], int(r["round"])))
+        assert turns[:2] == [("finalists-pair", 0), ("remeasure", 0)], turns
+        both = min(max(k for s, k in turns if s == stage) for stage in ("finalists-pair", "remeasure"))
+        assert turns[2:2 + 2 * both] == [(s, k) for k in range(1, both + 1) for s in ("finalists-pair", "remeasure")], turns
+        assert any(d.startswith("re-measured on a fresh server in turns with the finalist pair's, interleaved")
+                   for d in report["decisions"])
     assert {"search", "finalists"} <= set(stages)
     if report["selected_id"] != report["baseline_id"]:  # the estimate: the re-measure's design, on a server of its own
         def sequence(stage: str) -> list[str]:  # who ran in which slot of the opening rounds, and how many rounds

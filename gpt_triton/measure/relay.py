@@ -1,0 +1,150 @@
+"""Stages that take turns on one machine, a round each: the finalist pair's estimate and the re-measure.
+
+The gain the tuner claims is re-measured on a fresh server apart from the windows that chose the winner;
+the selection's estimate is measured on another fresh server in the same design. Run one after the other,
+the two saw different machines: on this 2-core VM the p99 gain of an onnxruntime route whose threads sleep
+over a baseline whose threads spin moved by up to 17% between two runs minutes apart, with nothing else
+running (docs/measurement.md, "Six more on one re-measure server"), so the estimate missed the re-measure
+by what the machine did in between, not by how either was measured. In turns, each stage's round k runs
+right after the other's: both see the same spells of the machine, and each keeps its own server, seeds
+and windows (neither run selects anything from the other's).
+
+Only one stage measures at any moment: a stage's round is never crowded by the other's. Each stage runs
+in its own thread (the servers stay with the caller's thread, so that a server's parent-death signal
+follows the run, not a worker); :class:`Relay` hands the turn on at each round's start.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class RelayAborted(Exception):
+    """Another stage of the relay failed: this one stops at its next turn (the other's error is the run's)."""
+
+
+class Relay:
+    """Turns among named stages: a stage's :meth:`turn` at the start of each of its rounds passes the
+    turn to the next stage still running and waits until it comes back; the first call only takes it.
+    A stage that ends (:meth:`leave`) drops out of the turns; one that fails (:meth:`fail`) ends them
+    all: the others' next :meth:`turn` raises :class:`RelayAborted`."""
+
+    def __init__(self, stages: Sequence[str]) -> None:
+        if len(set(stages)) != len(stages) or not stages:
+            raise ValueError(f"a relay needs distinct stage names, got {list(stages)}")
+        self._order = list(stages)
+        self._running = set(stages)
+        self._started: set[str] = set()
+        self._holder = self._order[0]
+        self._failed: str | None = None
+        self._cond = threading.Condition()
+        self.turns: list[str] = []  # who took each turn, in order (what the stages' windows interleave by)
+
+    def enter(self, stage: str) -> None:
+        """Wait for ``stage``'s first turn."""
+        with self._cond:
+            self._wait_for(stage)
+
+    def turn(self, stage: str) -> None:
+        """``stage`` is about to start a round: after its first, pass the turn on and wait for it."""
+        with self._cond:
+            self._check(stage)
+            if stage in self._started:
+                self._pass_on(stage)
+                self._wait_for(stage)
+            else:
+                self._wait_for(stage)
+                self._started.add(stage)
+            self.turns.append(stage)
+
+    def leave(self, stage: str) -> None:
+        """``stage`` has ended: the others go on in turns without it."""
+        with self._cond:
+            if stage in self._running:
+                if self._holder == stage:
+                    self._pass_on(stage)
+                self._running.discard(stage)
+                self._cond.notify_all()
+
+    def fail(self, stage: str) -> None:
+        """``stage`` failed: every other stage stops at its next turn."""
+        with self._cond:
+            self._failed = self._failed or stage
+            self._running.discard(stage)
+            self._cond.notify_all()
+
+    def _check(self, stage: str) -> None:
+        if stage not in self._running:
+            raise ValueError(f"stage {stage!r} is not in the relay's turns (running: {sorted(self._running)})")
+
+    def _pass_on(self, stage: str) -> None:
+        """The next running stage after ``stage`` in the relay's order holds the turn (``stage`` again when
+        it is the only one left)."""
+        start = self._order.index(stage)
+        for step in range(1, len(self._order) + 1):
+            nxt = self._order[(start + step) % len(self._order)]
+            if nxt in self._running:
+                self._holder = nxt
+                break
+        self._cond.notify_all()
+
+    def _wait_for(self, stage: str) -> None:
+        while True:
+            if self._failed is not None and self._failed != stage:
+                raise RelayAborted(f"stage {self._failed!r} failed")
+            if self._holder == stage:
+                return
+            if self._holder not in self._running:  # the holder left while it held no turn: take it on
+                self._pass_on(self._holder)
+                continue
+            self._cond.wait()
+
+
+class _Outcome(Generic[T]):
+    def __init__(self) -> None:
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+
+def in_turns(relay: Relay, stages: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Run each of ``stages`` (name -> work that calls ``relay.turn(name)`` at each round's start) in its own
+    thread, in turns; return their results by name. The first failure (not a :class:`RelayAborted`) is
+    raised once every stage has stopped; a KeyboardInterrupt or SystemExit in the caller's thread stops
+    the stages at their next turn before it goes on."""
+    outcomes: dict[str, _Outcome[T]] = {name: _Outcome() for name in stages}
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def body(name: str, work: Callable[[], T]) -> None:
+        try:
+            relay.enter(name)
+            outcomes[name].value = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            relay.fail(name)
+            outcomes[name].error = exc
+            if not isinstance(exc, RelayAborted):
+                with lock:
+                    failures.append(exc)
+        else:
+            relay.leave(name)
+
+    threads = [threading.Thread(target=body, args=(name, work), name=f"relay-{name}", daemon=True)
+               for name, work in stages.items()]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)  # a bounded join: a signal handler's exception reaches this thread
+    except BaseException:
+        relay.fail("caller")
+        for thread in threads:
+            thread.join()
+        raise
+    if failures:
+        raise failures[0]
+    return {name: outcome.value for name, outcome in outcomes.items()}  # type: ignore[misc]
