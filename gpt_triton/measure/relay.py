@@ -22,6 +22,8 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+_INTERRUPT_WAIT_S = 2.0  # what an interrupted caller gives the stage that is measuring before it goes on
+
 
 class RelayAborted(Exception):
     """Another stage of the relay failed: this one stops at its next turn (the other's error is the run's)."""
@@ -117,9 +119,11 @@ def in_turns(relay: Relay, stages: dict[str, Callable[[], T]]) -> dict[str, T]:
     the stages at their next turn before it goes on."""
     outcomes: dict[str, _Outcome[T]] = {name: _Outcome() for name in stages}
     failures: list[BaseException] = []
-    lock = threading.Lock()
+    ended = threading.Condition()
+    left = len(stages)
 
     def body(name: str, work: Callable[[], T]) -> None:
+        nonlocal left
         try:
             relay.enter(name)
             outcomes[name].value = work()
@@ -127,23 +131,30 @@ def in_turns(relay: Relay, stages: dict[str, Callable[[], T]]) -> dict[str, T]:
             relay.fail(name)
             outcomes[name].error = exc
             if not isinstance(exc, RelayAborted):
-                with lock:
+                with ended:
                     failures.append(exc)
         else:
             relay.leave(name)
+        finally:
+            with ended:
+                left -= 1
+                ended.notify_all()
 
-    threads = [threading.Thread(target=body, args=(name, work), name=f"relay-{name}", daemon=True)
-               for name, work in stages.items()]
-    for thread in threads:
-        thread.start()
+    # The caller waits on a condition, not Thread.join: a KeyboardInterrupt raised inside an interrupted join
+    # marks a thread that still runs as stopped (CPython gh-90882), and the stage would then be forgotten.
     try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.5)  # a bounded join: a signal handler's exception reaches this thread
+        for name, work in stages.items():
+            threading.Thread(target=body, args=(name, work), name=f"relay-{name}", daemon=True).start()
+        with ended:
+            while left:
+                ended.wait(0.5)  # bounded: a signal handler's exception reaches this thread between waits too
     except BaseException:
+        # Ctrl-C or SIGTERM (cli.py raises KeyboardInterrupt): the stages waiting for a turn stop now; the one
+        # measuring stops at its next turn, or when the caller stops its server under it. A pod's grace
+        # period does not wait for a 13 s window's round, so the caller waits a little, then goes on.
         relay.fail("caller")
-        for thread in threads:
-            thread.join()
+        with ended:
+            ended.wait_for(lambda: left == 0, _INTERRUPT_WAIT_S)
         raise
     if failures:
         raise failures[0]

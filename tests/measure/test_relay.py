@@ -100,3 +100,42 @@ def test_two_measurers_on_a_real_server_take_turns_a_round_each(delay_models: Em
     assert blocks == [("pair", 1), ("remeasure", 1), ("pair", 2), ("remeasure", 2), ("pair", 3), ("remeasure", 3),
                       ("pair", 4), ("remeasure", 4), ("pair", 5)]
     assert all(sum(1 for o in counted if o == block) == 2 for block in blocks)  # a round: both models once
+
+
+def test_an_interrupt_in_the_caller_stops_the_stages_without_waiting_out_a_round() -> None:
+    """Ctrl-C (or SIGTERM, which the CLI turns into KeyboardInterrupt) reaches the caller's thread while a
+    stage is inside a long round: it is raised at once, and the waiting stage never gets another turn."""
+    import os
+    import signal
+
+    relay = Relay(["a", "b"])
+    inside, release = threading.Event(), threading.Event()
+    seen: list[tuple[str, int]] = []
+
+    def long_round() -> int:
+        relay.turn("a")
+        seen.append(("a", 1))
+        relay.turn("a")  # b's first round, then a's second: a window that does not end by itself
+        inside.set()
+        release.wait(60)
+        seen.append(("a", 2))
+        relay.turn("a")
+        seen.append(("a", 3))
+        return 3
+
+    def interrupt() -> None:
+        inside.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)  # a real signal, as Ctrl-C sends it; its handler runs in this test's thread
+
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background shell may have ignored it
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            in_turns(relay, {"a": long_round, "b": rounds(relay, "b", 5, seen, [])})
+        assert seen == [("a", 1), ("b", 1)]  # b never got its second turn
+    finally:
+        release.set()
+        signal.signal(signal.SIGINT, inherited)
+    for thread in [t for t in threading.enumerate() if t.name.startswith("relay-")]:
+        thread.join(10)
+    assert seen == [("a", 1), ("b", 1), ("a", 2)], seen  # a stopped at its next turn
