@@ -38,10 +38,13 @@ dynamic_batching { max_queue_delay_microseconds: 3000 }
 
 
 @pytest.mark.slow
-def test_the_gain_is_pooled_over_the_servers_it_was_re_measured_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("finalists", [0, 2], ids=["after-the-search", "in-turns-with-the-finalist-pair"])
+def test_the_gain_is_pooled_over_the_servers_it_was_re_measured_on(tmp_path: Path, finalists: int) -> None:
+    """With ``finalists: 0`` the re-measure's servers run one after another; with the finalist stage on, its
+    pair's server and both re-measure servers run together, taking turns a round each (remeasure_in_turns)."""
     spec = copy.deepcopy(FAST_SPEC)
     spec["families"]["onnxruntime"]["knobs"]["precision"] = "fp32"
-    spec["measure"].update(finalists=0, remeasure_servers=2)
+    spec["measure"].update(finalists=finalists, remeasure_servers=2)
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     model_dir = tmp_path / "repo" / "conv_attention"
     (model_dir / "1").mkdir(parents=True)
@@ -91,7 +94,18 @@ def test_the_gain_is_pooled_over_the_servers_it_was_re_measured_on(tmp_path: Pat
     for stage in ("remeasure", "remeasure-2"):
         rounds = [r["round"] for r in every if r["stage"] == stage]
         assert rounds[0] == "0" and "0" not in rounds[rounds.index("1"):]
-    assert any(d.startswith("re-measured on 2 fresh servers, interleaved: ") for d in decisions)
+    in_turns = " in turns with the finalist pair's" if finalists else ""
+    assert any(d.startswith(f"re-measured on 2 fresh servers{in_turns}, interleaved: ") for d in decisions), decisions
+    if finalists:  # the three servers' rounds in rotation, every burn-in first, while all three still measure
+        turns: list[tuple[str, int]] = []
+        for r in every:
+            if r["stage"] in ("finalists-pair", "remeasure", "remeasure-2") and (not turns or turns[-1] != (r["stage"], int(r["round"]))):
+                turns.append((r["stage"], int(r["round"])))
+        order = ("finalists-pair", "remeasure", "remeasure-2")
+        assert turns[:3] == [(stage, 0) for stage in order], turns
+        rounds_all = min(max(k for s, k in turns if s == stage) for stage in order)
+        assert turns[3:3 + 3 * rounds_all] == [(s, k) for k in range(1, rounds_all + 1) for s in order], turns
+        assert (out / "triton-finalists-pair.log").is_file()
     assert f"re-measure over servers: {gain.servers.describe()}" in decisions
     # the pair's tails around the p99 over both servers' requests, said whether or not at an edge
     assert gain.tail is not None and f"re-measure: tail: {gain.tail.describe()}" in decisions
