@@ -255,7 +255,9 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
     """Winner (and runner-up) against the baseline on a fresh server, interleaved, with fresh seeds: the
     gain and its interval come from this run, not from the windows that selected the winner. With
     ``measure.remeasure_servers`` > 1 the whole re-measure runs on that many fresh servers in turn and the
-    gain is pooled over them, their spread in its interval (:func:`gain_over_servers`).
+    gain is pooled over them, their spread in its interval (:func:`gain_over_servers`). With
+    ``measure.remeasure_in_turns`` the finalist stage has already run it, in turns with its pair
+    (:func:`pair_and_remeasure_in_turns`), and this judges what it left in ``run.remeasured_in_turns``.
     ``estimate`` is what selection believed (baseline / winner objective; the finalist run's when it ran),
     reported beside the re-measured gain; default: from the candidates' search figures. With its
     ``estimate_interval`` (the finalist run's refined pair) the log says whether the two runs' gap is
