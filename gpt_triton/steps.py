@@ -191,9 +191,8 @@ def pair_and_remeasure_in_turns(run: Run, design: Sequence[Candidate], pair: tup
     The re-measure's results wait in ``run.remeasured_in_turns`` for :func:`remeasure` to judge. Returns the
     pair's estimate; None (nothing measured, the re-measure left to run on its own) when a member would
     not load."""
-    spec = run.spec.measure
-    servers = spec.remeasure_servers
-    remeasure_spec = spec.model_copy(update={"gain_precision": spec.gain_precision * math.sqrt(servers)})
+    servers = run.spec.measure.remeasure_servers
+    remeasure_spec = _remeasure_spec(run.spec.measure)
     stages = [("finalists-pair", "_p"), *(_remeasure_stage(i) for i in range(servers))]
     holders = [list(design), *([fresh_copy(c) for c in design] for _ in range(servers))]
     relay = Relay([label for label, _ in stages])
@@ -319,8 +318,7 @@ def _remeasure_one_after_another(run: Run, contenders: Sequence[Candidate], pair
     """The re-measure on its ``measure.remeasure_servers`` fresh servers in turn, after the finalist stage:
     each server's results and decision lines; None when a contender would not load."""
     servers = run.spec.measure.remeasure_servers
-    # Each server's pair to sqrt(servers) times the target: pooled, about the target (when they agree).
-    stage = run.spec.measure.model_copy(update={"gain_precision": run.spec.measure.gain_precision * math.sqrt(servers)})
+    stage = _remeasure_spec(run.spec.measure)
     per_server: list[dict[str, RemeasureResult]] = []
     lines: list[list[str]] = []
     for index in range(servers):
@@ -341,6 +339,12 @@ def _remeasure_one_after_another(run: Run, contenders: Sequence[Candidate], pair
                     notes.append(f"re-measure: {_load_words(run, load)}")
         lines.append(notes)
     return per_server, lines
+
+
+def _remeasure_spec(spec: MeasureSpec) -> MeasureSpec:
+    """Each re-measure server's spec: its pair to sqrt(servers) times the target, so that pooled over the
+    servers the ratio is known to about the target (when they agree)."""
+    return spec.model_copy(update={"gain_precision": spec.gain_precision * math.sqrt(spec.remeasure_servers)})
 
 
 def _decide_per_server(run: Run, lines: Sequence[Sequence[str]]) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -106,18 +106,12 @@ class Relay:
             self._cond.wait()
 
 
-class _Outcome(Generic[T]):
-    def __init__(self) -> None:
-        self.value: T | None = None
-        self.error: BaseException | None = None
-
-
 def in_turns(relay: Relay, stages: dict[str, Callable[[], T]]) -> dict[str, T]:
     """Run each of ``stages`` (name -> work that calls ``relay.turn(name)`` at each round's start) in its own
     thread, in turns; return their results by name. The first failure (not a :class:`RelayAborted`) is
     raised once every stage has stopped; a KeyboardInterrupt or SystemExit in the caller's thread stops
     the stages at their next turn before it goes on."""
-    outcomes: dict[str, _Outcome[T]] = {name: _Outcome() for name in stages}
+    values: dict[str, T] = {}
     failures: list[BaseException] = []
     ended = threading.Condition()
     left = len(stages)
@@ -126,10 +120,9 @@ def in_turns(relay: Relay, stages: dict[str, Callable[[], T]]) -> dict[str, T]:
         nonlocal left
         try:
             relay.enter(name)
-            outcomes[name].value = work()
+            values[name] = work()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
             relay.fail(name)
-            outcomes[name].error = exc
             if not isinstance(exc, RelayAborted):
                 with ended:
                     failures.append(exc)
@@ -158,4 +151,4 @@ def in_turns(relay: Relay, stages: dict[str, Callable[[], T]]) -> dict[str, T]:
         raise
     if failures:
         raise failures[0]
-    return {name: outcome.value for name, outcome in outcomes.items()}  # type: ignore[misc]
+    return values
