@@ -284,6 +284,7 @@ def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candi
         estimate = base_value / win_value if win_value and base_value else None
     found = gain_over_servers([(results[baseline.id], results[winner.id]) for results in per_server],
                               spec.objective, spec.measure, estimate, estimate_interval)
+    found.estimate_in_turns = in_turns  # a gap beyond both widths is then the servers', not the minutes'
     where = ("a fresh server" if servers == 1 else f"{servers} fresh servers") + \
         (" in turns with the finalist pair's" if in_turns else "")
     run.decide(

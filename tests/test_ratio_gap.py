@@ -37,3 +37,20 @@ def test_nothing_to_compare() -> None:
     assert gain.between_runs() is None  # no interval for the estimate (no finalist refinement)
     with_interval = gain.model_copy(update={"selection_estimate": Interval(value=1.3, low=1.2, high=1.4)})
     assert with_interval.between_runs() is not None
+
+
+def test_a_gap_between_runs_that_took_turns_is_put_on_their_servers_not_on_the_minutes() -> None:
+    # R3 of 2026-12-06 (the ResNet CNN, in turns): 1.635 [1.547, 1.727] against 1.830 [1.750, 1.913].
+    gain = Gain(metric="p99", ratio=Interval(value=1.830, low=1.750, high=1.913), winner_ms=13.3, baseline_ms=24.3,
+                selection_estimate_ratio=1.635, selection_estimate=Interval(value=1.635, low=1.547, high=1.727))
+    one_after_another = gain.between_runs()
+    assert one_after_another is not None and not one_after_another.agree
+    assert "the gain moved between the runs (the machine's state" in one_after_another.describe()
+    in_turns = gain.model_copy(update={"estimate_in_turns": True}).between_runs()
+    assert in_turns is not None and in_turns.z == pytest.approx(one_after_another.z)
+    assert "-10.7% (z -3.1" in in_turns.describe()
+    assert "though they took turns through the same minutes: their two servers differed" in in_turns.describe()
+    assert "the machine's state" not in in_turns.describe()
+    # Within both widths, the same words either way.
+    close = gain.model_copy(update={"estimate_in_turns": True, "selection_estimate": Interval(value=1.8, low=1.7, high=1.9)})
+    assert close.between_runs() is not None and close.between_runs().describe().endswith("within what their intervals allow")

@@ -41,11 +41,20 @@ class RatioGap(BaseModel):
     relative: float  # first / second - 1
     z: float  # the log gap over the standard error of the difference
     agree: bool  # |z| within the two-sided 95% critical value: the intervals allow the gap
+    # The two runs took turns through the same minutes, each on its own server (measure.remeasure_in_turns):
+    # a gap beyond both widths is then not the machine's time. In R3 (2026-12-06, the ResNet CNN) the two
+    # servers' median requests ran within 0-3% of each other, and the gain still differed by 10.6% (z -3.1):
+    # 4 of the pair's 24 winner windows caught a slow cluster against 1 of the re-measure's.
+    same_minutes: bool = False
 
     def describe(self) -> str:
         gap = f"the two runs differ by {100 * self.relative:+.1f}% (z {self.z:+.2f})"
         if self.agree:
             return f"{gap}, within what their intervals allow"
+        if self.same_minutes:
+            return (f"{gap}, more than their intervals allow, though they took turns through the same minutes: "
+                    f"their two servers differed (how many of each one's requests caught a slow spell), not the "
+                    f"machine's time, so read both intervals, not one point")
         return (f"{gap}, more than their intervals allow: the gain moved between the runs (the machine's state, "
                 f"not the sampling), so read both intervals, not one point")
 
@@ -56,16 +65,18 @@ def log_standard_error(interval: Interval) -> float:
     return float(np.log(interval.high) - np.log(interval.low)) / (2.0 * float(stats.norm.ppf(0.5 + interval.level / 2.0)))
 
 
-def ratio_gap(first: Interval, second: Interval) -> RatioGap | None:
+def ratio_gap(first: Interval, second: Interval, same_minutes: bool = False) -> RatioGap | None:
     """How far ``first`` is from ``second`` beyond what their widths allow; None when either has a bound at
-    or below 0 (no log scale) or no width (nothing to compare against)."""
+    or below 0 (no log scale) or no width (nothing to compare against). ``same_minutes``: the two were
+    measured in turns (:class:`RatioGap`)."""
     if min(first.value, first.low, second.value, second.low) <= 0:
         return None
     se = float(np.hypot(log_standard_error(first), log_standard_error(second)))
     if not np.isfinite(se) or se <= 0:
         return None
     z = float(np.log(first.value / second.value)) / se
-    return RatioGap(relative=first.value / second.value - 1.0, z=z, agree=abs(z) <= float(stats.norm.ppf(0.975)))
+    return RatioGap(relative=first.value / second.value - 1.0, z=z, agree=abs(z) <= float(stats.norm.ppf(0.975)),
+                    same_minutes=same_minutes)
 
 
 class ServerSpread(BaseModel):

@@ -102,10 +102,14 @@ class Gain(BaseModel):
     # The pair's tails around a p90/p99 objective over the re-measure's requests: whether the quantile sits at
     # the edge of a slow cluster, where the gain moves with the machine (gpt_triton/measure/tail_edge.py).
     tail: TailEdge | None = None
+    # The finalist pair's rounds took turns with this re-measure's (measure.remeasure_in_turns): the estimate
+    # and the re-measure saw the same minutes, each on its own server.
+    estimate_in_turns: bool = False
 
     def between_runs(self) -> RatioGap | None:
         """The selection estimate against this re-measure, when the finalist run gave it an interval."""
-        return None if self.selection_estimate is None else ratio_gap(self.selection_estimate, self.ratio)
+        return None if self.selection_estimate is None else \
+            ratio_gap(self.selection_estimate, self.ratio, same_minutes=self.estimate_in_turns)
 
 
 class Machine(BaseModel):
