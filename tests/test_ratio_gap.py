@@ -49,7 +49,7 @@ def test_a_gap_between_runs_that_took_turns_is_put_on_their_servers_not_on_the_m
     in_turns = gain.model_copy(update={"estimate_in_turns": True}).between_runs()
     assert in_turns is not None and in_turns.z == pytest.approx(one_after_another.z)
     assert "-10.7% (z -3.1" in in_turns.describe()
-    assert "though they took turns through the same minutes: their two servers differed" in in_turns.describe()
+    assert "though they took turns through the same minutes: not the machine's time but their two servers' runs" in in_turns.describe()
     assert "the machine's state" not in in_turns.describe()
     # Within both widths, the same words either way.
     close = gain.model_copy(update={"estimate_in_turns": True, "selection_estimate": Interval(value=1.8, low=1.7, high=1.9)})

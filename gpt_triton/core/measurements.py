@@ -53,8 +53,8 @@ class RatioGap(BaseModel):
             return f"{gap}, within what their intervals allow"
         if self.same_minutes:
             return (f"{gap}, more than their intervals allow, though they took turns through the same minutes: "
-                    f"their two servers differed (how many of each one's requests caught a slow spell), not the "
-                    f"machine's time, so read both intervals, not one point")
+                    f"not the machine's time but their two servers' runs (how many of each one's requests caught "
+                    f"a slow spell, which its windows sample thinly), so read both intervals, not one point")
         return (f"{gap}, more than their intervals allow: the gain moved between the runs (the machine's state, "
                 f"not the sampling), so read both intervals, not one point")
 
