@@ -88,10 +88,16 @@ def own_cpu_ms_per_request(before: CpuSnapshot, after: CpuSnapshot, requests: in
 def cores_during(work: Callable[[], T]) -> tuple[T, tuple[float, float] | None]:
     """``work()``'s result, and (other processes' cores, steal cores) while it ran (:func:`cores_between`);
     None where the counters cannot be read."""
+    done, span = _snapshots_around(work)
+    return done, (cores_between(*span) if span is not None else None)
+
+
+def _snapshots_around(work: Callable[[], T]) -> tuple[T, tuple[CpuSnapshot, CpuSnapshot] | None]:
+    """``work()``'s result and the counters just before and just after it; None where either cannot be read."""
     before = cpu_snapshot()
     done = work()
     after = cpu_snapshot()
-    return done, (cores_between(before, after) if before is not None and after is not None else None)
+    return done, ((before, after) if before is not None and after is not None else None)
 
 
 class WatchedClient(LoadClient):
@@ -106,12 +112,11 @@ class WatchedClient(LoadClient):
                duration_s: float, min_requests: int = 0, *, outputs: Sequence[str] | None = None,
                metrics_url: str | None = None, seed: int = 0, payload_start: int = 0,
                settle_s: float = 0.0) -> WindowSample:
-        before = cpu_snapshot()
-        sample = self.inner.window(grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs,
-                                   metrics_url=metrics_url, seed=seed, payload_start=payload_start, settle_s=settle_s)
-        after = cpu_snapshot()
-        if before is not None and after is not None and (cores := cores_between(before, after)) is not None:
-            own = own_cpu_ms_per_request(before, after, sample.result.requests)
+        sample, span = _snapshots_around(lambda: self.inner.window(
+            grpc_url, model_name, requests, load, duration_s, min_requests, outputs=outputs, metrics_url=metrics_url,
+            seed=seed, payload_start=payload_start, settle_s=settle_s))
+        if span is not None and (cores := cores_between(*span)) is not None:
+            own = own_cpu_ms_per_request(*span, sample.result.requests)
             sample.result = sample.result.model_copy(update={"foreign_cores": cores[0], "steal_cores": cores[1],
                                                              "own_cpu_ms": own})
         return sample
