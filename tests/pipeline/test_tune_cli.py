@@ -158,6 +158,8 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         unjudged = "finalists: the re-measure that ran in turns with the pair is not judged: the selection changed"
         assert sum(d.startswith(judged) for d in report["decisions"]) == (1 if report["gain"] else 0)
         assert sum(d == unjudged for d in report["decisions"]) == (0 if report["gain"] else 1), report["decisions"]
+        # ... and the gain says so, so that a gap beyond both widths is put on the servers, not on the minutes.
+        assert report["gain"] is None or report["gain"]["estimate_in_turns"] is True
     assert {"search", "finalists"} <= set(stages)
     if report["selected_id"] != report["baseline_id"]:  # the estimate: the re-measure's design, on a server of its own
         def sequence(stage: str) -> list[str]:  # who ran in which slot of the opening rounds, and how many rounds
