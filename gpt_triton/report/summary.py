@@ -52,6 +52,7 @@ def run_summary(report: RunReport) -> dict[str, Any]:
             "selection_estimate_low": None if gain.selection_estimate is None else gain.selection_estimate.low,
             "selection_estimate_high": None if gain.selection_estimate is None else gain.selection_estimate.high,
             "runs_agree": None if (between := gain.between_runs()) is None else between.agree,
+            "estimate_in_turns": gain.estimate_in_turns,
             "servers": 1 if gain.servers is None else len(gain.servers.servers),
             "between_server_sd": None if gain.servers is None else gain.servers.between_sd,
             "tail_edge": None if gain.tail is None else gain.tail.edge,

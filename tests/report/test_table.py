@@ -120,6 +120,9 @@ def test_the_estimate_and_the_re_measure_are_judged_against_both_widths() -> Non
     assert (summary["selection_estimate_low"], summary["selection_estimate_high"], summary["runs_agree"]) == (1.34, 1.38, False)
     one_server = run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]
     assert one_server["runs_agree"] is True
+    assert one_server["estimate_in_turns"] is False  # a report written before measure.remeasure_in_turns reads so
+    in_turns = gain.model_copy(update={"estimate_in_turns": True})
+    assert run_summary(make_report(winner_id="c04", selected_id="c04", gain=in_turns))["gain"]["estimate_in_turns"] is True
     assert (one_server["servers"], one_server["between_server_sd"]) == (1, None)  # measure.remeasure_servers 1
 
 
