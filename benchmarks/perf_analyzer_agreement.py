@@ -51,7 +51,7 @@ from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample
-from gpt_triton.measure.paired import paired_ratio_interval, round_log_ratios, window_values
+from gpt_triton.measure.paired import paired_ratio_interval
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.measure.stats import Statistic, window_ratio_interval
 from gpt_triton.measure.tail_edge import tail_shape
@@ -140,11 +140,10 @@ def pooled(results: Results, client: str, role: str, rounds: np.ndarray, stat: s
 
 
 def paired_gain(results: Results, client: str, rounds: np.ndarray, stat: str) -> float:
-    """The tuner's gain (``measure.gain_statistic: paired``) over ``rounds``: the geometric mean of each
-    round's baseline/winner ratio of the two windows' ``stat``, as :func:`paired_ratio_interval` forms it."""
-    sides = [window_values([results[client][role][int(r)].latencies_ms for r in rounds], cast(Statistic, stat))
-             for role in ("baseline", "winner")]
-    return float(np.exp(np.mean(round_log_ratios(*sides))))
+    """The tuner's gain (``measure.gain_statistic: paired``) over ``rounds``: :func:`paired_ratio_interval`'s
+    point, the geometric mean of each round's baseline/winner ratio of the two windows' ``stat``."""
+    base, win = ([results[client][role][int(r)].latencies_ms for r in rounds] for role in ("baseline", "winner"))
+    return paired_ratio_interval(base, win, cast(Statistic, stat)).value
 
 
 def paired_interval(results: Results, fn: Callable[[Results, np.ndarray], float], resamples: int = 2000,
