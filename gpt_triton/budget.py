@@ -104,9 +104,18 @@ class TimeBudget:
         """The least one re-measure server costs (its burn-in and ``remeasure_windows`` always run)."""
         return self.step_s(REMEASURE_CANDIDATES, self.spec.measure.remeasure_windows, more, burn_in=True)
 
+    def cross_check_s(self, more: Sequence[float] = ()) -> float:
+        """The least the other client's rounds cost (``measure.cross_check``): the re-measure's first server's
+        windows again, on that server (no start, load or burn-in of its own)."""
+        m = self.spec.measure
+        if m.cross_check == "none":
+            return 0.0
+        return REMEASURE_CANDIDATES * (m.warmup_s + m.remeasure_windows * self.window_s(more))
+
     def remeasure_s(self, more: Sequence[float] = ()) -> float:
-        """The re-measure's (on every one of its servers) and the held-out acceptance's least cost."""
-        return self.spec.measure.remeasure_servers * self.remeasure_server_s(more) + self.heldout_s()
+        """The re-measure's (on every one of its servers, and its cross-check) and the held-out acceptance's least cost."""
+        return (self.spec.measure.remeasure_servers * self.remeasure_server_s(more) + self.cross_check_s(more)
+                + self.heldout_s())
 
     def after_search_s(self, measured: int, more: Sequence[float] = ()) -> float:
         """The least the stages after the search cost: the finalists, the re-measure, the held-out acceptance."""

@@ -29,18 +29,12 @@ from gpt_triton.precision import PrecisionSearch
 from gpt_triton.preflight import prepare as preflight
 from gpt_triton.promote.candidate import promote_candidate
 from gpt_triton.promote.signing import load_signing_key
+from gpt_triton.remeasure_step import remeasure
 from gpt_triton.run import Progress, Run, TuneOptions
 from gpt_triton.search import CandidateSearch
 from gpt_triton.server import TritonServer
 from gpt_triton.serving import deployed, measurer, open_server, unusable_families
-from gpt_triton.steps import (
-    accept_on_heldout,
-    finalists,
-    isolated_estimates,
-    remeasure,
-    repeat_check,
-    selection,
-)
+from gpt_triton.steps import accept_on_heldout, finalists, isolated_estimates, repeat_check, selection
 from gpt_triton.tuning_cache import TuningCache
 
 __all__ = ["Progress", "TuneOptions", "tune"]

@@ -24,6 +24,7 @@ from gpt_triton.accuracy.reference import ReferenceSet, load_reference, synthesi
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.spec import TuneSpec
+from gpt_triton.measure.perf_analyzer import find_perf_analyzer
 from gpt_triton.promote.repository import check_model_name
 from gpt_triton.routes import FAMILIES
 from gpt_triton.run import TuneOptions, check_repository_writable
@@ -49,6 +50,8 @@ def prepare(options: TuneOptions, info: ModelInfo, shapes: dict[str, list[int]],
         load_task_metric(spec.accuracy.task_metric)
     check_knob_values(spec, info)
     check_out_writable(options.out)
+    if "perf_analyzer" in (spec.measure.client, spec.measure.cross_check):
+        find_perf_analyzer(required=True)  # before any build, not when its first window is due
     if options.reference is not None:
         ref = load_reference(options.reference, info, shapes)
         check_reference_finite(ref)

@@ -1,6 +1,7 @@
 """The steps after the search, each on its own fresh server: the finalist stage (the candidates still in
-contention judged again together before the choice, then the chosen pair's estimate), the separate re-measurement of the winner against
-the baseline, the optional repeat check, and the one opening of the held-out split.
+contention judged again together before the choice, then the chosen pair's estimate), the optional repeat
+check, and the one opening of the held-out split. The re-measure of the winner against the baseline is
+gpt_triton/remeasure_step.py.
 
 Each composes stages (deploy, measure, select, accuracy) for one decision of the run and records what
 it used in ``report.decisions``.
@@ -8,29 +9,30 @@ it used in ``report.decisions``.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Sequence
 
 from gpt_triton.accuracy.reference import HeldOut
 from gpt_triton.accuracy.served import accept
 from gpt_triton.accuracy.validate import infer_requests
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import Interval, ObjectiveContrasts, WindowResult
+from gpt_triton.core.measurements import ObjectiveContrasts
 from gpt_triton.core.naming import named, named_id
-from gpt_triton.core.objective import candidate_eligible, objective_value
+from gpt_triton.core.objective import candidate_eligible
 from gpt_triton.core.outcomes import fresh_copy
-from gpt_triton.core.records import Candidate, Gain
+from gpt_triton.core.records import Candidate
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.gain_precision import GainPrecision, rule_applies
 from gpt_triton.measure.isolated import isolated_estimate, rank_correlation
-from gpt_triton.measure.machine_load import MachineLoad, load_contrast, machine_load, pace_contrast
-from gpt_triton.measure.relay import Relay, in_turns
-from gpt_triton.measure.runs import RemeasuredInTurns, RemeasureResult
+from gpt_triton.remeasure_step import (
+    decide_per_server,
+    load_words,
+    pair_and_remeasure_in_turns,
+    remeasure_order,
+    stage_load,
+)
 from gpt_triton.run import Run
-from gpt_triton.select import Selection, after_refinement, gain_over_servers, select, select_finalists
+from gpt_triton.select import Selection, after_refinement, select, select_finalists
 from gpt_triton.serving import measurer, serve
 
 
@@ -145,7 +147,7 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         run.decide(f"finalists: select: {line}")
     if run.remeasured_in_turns is not None and (pair is None or final.winner_id != pair[1]):
         unjudged, run.remeasured_in_turns = run.remeasured_in_turns, None  # it measured a winner no longer selected
-        _decide_per_server(run, unjudged.notes)
+        decide_per_server(run, unjudged.notes)
         run.decide("finalists: the re-measure that ran in turns with the pair is not judged: the selection changed")
     if final.winner_id is None:
         run.decide("finalists: no finalist was measured again: the search's selection stands")
@@ -178,187 +180,8 @@ def pair_estimate(run: Run, design: Sequence[Candidate], pair: tuple[str, str], 
                                    deadline=run.budget.deadline(0.5, keep_s=run.budget.remeasure_s()))
         run.budget.observe_windows(judge.objective_window_seconds)
         if (load := stage_load(run, ["finalists-pair"])) is not None:
-            notes.append(f"finalists: the pair's server: {_load_words(run, load)}")
+            notes.append(f"finalists: the pair's server: {load_words(run, load)}")
         return found
-
-
-def pair_and_remeasure_in_turns(run: Run, design: Sequence[Candidate], pair: tuple[str, str], stage: MeasureSpec,
-                                objective: ObjectiveSpec, notes: list[str]) -> GainPrecision | None:
-    """:func:`pair_estimate` and the re-measure (``measure.remeasure_in_turns``): the pair's server and the
-    re-measure's (``measure.remeasure_servers`` of them) started together, each holding its own copies of
-    ``design``, their stages taking turns a round each (:mod:`gpt_triton.measure.relay`), every burn-in
-    before any counted round, so that the estimate and the re-measure see the same spells of the machine.
-    The re-measure's results wait in ``run.remeasured_in_turns`` for :func:`remeasure` to judge. Returns the
-    pair's estimate; None (nothing measured, the re-measure left to run on its own) when a member would
-    not load."""
-    servers = run.spec.measure.remeasure_servers
-    remeasure_spec = _remeasure_spec(run.spec.measure)
-    stages = [("finalists-pair", "_p"), *(_remeasure_stage(i) for i in range(servers))]
-    holders = [list(design), *([fresh_copy(c) for c in design] for _ in range(servers))]
-    relay = Relay([label for label, _ in stages])
-    lines: list[list[str]] = [[] for _ in stages]
-    with contextlib.ExitStack() as stack:
-        served = [stack.enter_context(serve(run, held, label, suffix)) for (label, suffix), held in zip(stages, holders, strict=True)]
-        if any(len(loaded) != len(design) for _, loaded in served):
-            notes.append("finalists: the re-measure's candidates did not all load on the servers that were to take turns: "
-                         "the estimate is the finalist run's, and the re-measure runs on its own")
-            return None
-        advance = stack.enter_context(run.progress.bar(
-            f"re-measuring in turns with the finalists' pair: {len(design)} candidates on {len(stages)} servers (windows)", None))
-        deadline = run.budget.deadline(1.0, keep_s=run.budget.heldout_s())  # the two share the time they both take
-        judges = [measurer(run, server, advance, label, stage if index == 0 else remeasure_spec,
-                           objective if index == 0 else None, seed=4_271 if index == 0 else 1_013 * (index - 1),
-                           at_round=functools.partial(relay.turn, label))
-                  for index, ((label, _), (server, _)) in enumerate(zip(stages, served, strict=True))]
-        work: dict[str, Callable[[], object]] = {
-            "finalists-pair": functools.partial(judges[0].measure_pair, holders[0], pair, lines[0], "finalists", deadline)}
-        for index in range(1, len(stages)):
-            work[stages[index][0]] = functools.partial(judges[index].remeasure, holders[index], pair, lines[index], deadline)
-        results = in_turns(relay, work)
-        for judge in judges:
-            run.budget.observe_windows(judge.objective_window_seconds)
-    for index, (label, _) in enumerate(stages):
-        if (load := stage_load(run, [label])) is not None:
-            lines[index].append(f"finalists: the pair's server: {_load_words(run, load)}" if index == 0
-                                else f"re-measure: {_load_words(run, load)}")
-    notes.extend(lines[0])
-    notes.append(f"finalists: the pair's rounds took turns with the re-measure's on {servers} fresh "
-                 f"server{'s' if servers > 1 else ''} of its own ({len(relay.turns)} turns), so both saw the same "
-                 "spells of the machine")
-    run.remeasured_in_turns = RemeasuredInTurns(
-        contenders=[c.id for c in design], notes=lines[1:],
-        per_server=[cast("dict[str, RemeasureResult]", results[label]) for label, _ in stages[1:]])
-    return cast("GainPrecision | None", results["finalists-pair"])
-
-
-def remeasure_order(winner: Candidate, runner_up: Candidate | None, baseline: Candidate) -> list[Candidate]:
-    """What the re-measure's server holds, in its A, B, C order; the estimate's server holds the same, so that
-    the two stages are one design (a runner-up that is the winner or the baseline is not added twice)."""
-    if runner_up is None or runner_up.id in (winner.id, baseline.id):
-        return [winner, baseline]
-    return [winner, runner_up, baseline]
-
-
-def stage_load(run: Run, stages: Sequence[str]) -> MachineLoad | None:
-    """What else the machine ran during the counted windows of ``stages`` (windows.csv's stage names)."""
-    return machine_load(run.windows.counted(stages))
-
-
-def _load_words(run: Run, load: MachineLoad) -> str:
-    remote = " (the server at --triton-url is not this run's process: it counts among them)" if run.options.triton_url else ""
-    return load.describe() + remote
-
-
-def remeasure(run: Run, winner: Candidate, baseline: Candidate, runner_up: Candidate | None,
-              estimate: float | None = None, estimate_interval: Interval | None = None) -> Gain | None:
-    """Winner (and runner-up) against the baseline on a fresh server, interleaved, with fresh seeds: the
-    gain and its interval come from this run, not from the windows that selected the winner. With
-    ``measure.remeasure_servers`` > 1 the whole re-measure runs on that many fresh servers in turn and the
-    gain is pooled over them, their spread in its interval (:func:`gain_over_servers`). With
-    ``measure.remeasure_in_turns`` the finalist stage has already run it, in turns with its pair
-    (:func:`pair_and_remeasure_in_turns`), and this judges what it left in ``run.remeasured_in_turns``.
-    ``estimate`` is what selection believed (baseline / winner objective; the finalist run's when it ran),
-    reported beside the re-measured gain; default: from the candidates' search figures. With its
-    ``estimate_interval`` (the finalist run's refined pair) the log says whether the two runs' gap is
-    within what both widths allow."""
-    spec = run.spec
-    contenders = remeasure_order(winner, runner_up, baseline)
-    servers = spec.measure.remeasure_servers
-    if servers > 1 and run.options.triton_url:
-        run.decide(f"re-measure: {servers} repetitions on the server at --triton-url, which is not restarted between "
-                   "them: their spread is between loads of the models, not between servers")
-    taken, run.remeasured_in_turns = run.remeasured_in_turns, None
-    in_turns = taken is not None and taken.contenders == [c.id for c in contenders]
-    if taken is not None and not in_turns:  # not expected: the finalist stage ran it for the pair it selected
-        run.decide(f"re-measure: the one run in turns with the finalist pair held {', '.join(taken.contenders)}, "
-                   "not these candidates: measured again on its own")
-    measured = (taken.per_server, taken.notes) if taken is not None and in_turns else \
-        _remeasure_one_after_another(run, contenders, (baseline.id, winner.id))
-    if measured is None:
-        return None
-    per_server, lines = measured
-    _decide_per_server(run, lines)
-    win_value = objective_value(winner.latency, spec.objective)
-    base_value = objective_value(baseline.latency, spec.objective)
-    if estimate is None:
-        estimate = base_value / win_value if win_value and base_value else None
-    found = gain_over_servers([(results[baseline.id], results[winner.id]) for results in per_server],
-                              spec.objective, spec.measure, estimate, estimate_interval)
-    found.estimate_in_turns = in_turns  # a gap beyond both widths is then the servers', not the minutes'
-    where = ("a fresh server" if servers == 1 else f"{servers} fresh servers") + \
-        (" in turns with the finalist pair's" if in_turns else "")
-    run.decide(
-        f"re-measured on {where}, interleaved: baseline/winner {found.metric} ratio"
-        f"{' (paired by round)' if found.statistic == 'paired' else ''} {found.ratio.value:.3f} "
-        f"[{found.ratio.low:.3f}, {found.ratio.high:.3f}] (selection estimated {found.selection_estimate_ratio or float('nan'):.3f}); "
-        f"on {sum(r[baseline.id].stats.requests for r in per_server)} baseline and "
-        f"{sum(r[winner.id].stats.requests for r in per_server)} winner requests"
-    )
-    if found.servers is not None:
-        run.decide(f"re-measure over servers: {found.servers.describe()}")
-    if found.tail is not None:
-        run.decide(f"re-measure: tail: {found.tail.describe()}")
-    if (between := found.between_runs()) is not None:
-        # Whether the machine was as busy in both: a gap beyond the intervals with one stage crowded is
-        # the machine's load, not the sampling (gpt_triton/measure/machine_load.py).
-        remeasured = [_remeasure_stage(i)[0] for i in range(servers)]
-        loads = stage_load(run, ["finalists-pair"]), stage_load(run, remeasured)
-        edge = "" if between.agree or found.tail is None or not found.tail.edge else \
-            f"; the {found.metric} sits at the edge of a slow cluster, where a run's share of slow requests moves it (tail line)"
-        def sides(stages: list[str]) -> dict[str, list[WindowResult]]:
-            return {"baseline": run.windows.counted(stages, baseline.id), "winner": run.windows.counted(stages, winner.id)}
-
-        pace = pace_contrast(sides(["finalists-pair"]), sides(remeasured), ("finalist pair", "re-measure"))
-        run.decide(f"re-measure against the finalist run's estimate: {between.describe()}"
-                   f"{load_contrast(*loads, ('finalist pair', 're-measure'))}{pace}{edge}")
-    return found
-
-
-def _remeasure_one_after_another(run: Run, contenders: Sequence[Candidate], pair: tuple[str, str],
-                                 ) -> tuple[list[dict[str, RemeasureResult]], list[list[str]]] | None:
-    """The re-measure on its ``measure.remeasure_servers`` fresh servers in turn, after the finalist stage:
-    each server's results and decision lines; None when a contender would not load."""
-    servers = run.spec.measure.remeasure_servers
-    stage = _remeasure_spec(run.spec.measure)
-    per_server: list[dict[str, RemeasureResult]] = []
-    lines: list[list[str]] = []
-    for index in range(servers):
-        label, suffix = _remeasure_stage(index)
-        with serve(run, contenders, label, suffix) as (server, loaded):
-            if len(loaded) != len(contenders):
-                return None
-            title = "re-measuring" + (f" on server {index + 1} of {servers}" if servers > 1 else "")
-            with run.progress.bar(f"{title}: {len(contenders)} candidates (windows)", None) as advance:
-                notes: list[str] = []
-                # An equal share of what is left for each server still to run, after the others' least cost.
-                later = (servers - 1 - index) * run.budget.remeasure_server_s()
-                deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
-                # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
-                per_server.append(measurer(run, server, advance, label, stage, seed=1_013 * index).remeasure(
-                    contenders, pair, notes, deadline))
-                if (load := stage_load(run, [label])) is not None:
-                    notes.append(f"re-measure: {_load_words(run, load)}")
-        lines.append(notes)
-    return per_server, lines
-
-
-def _remeasure_spec(spec: MeasureSpec) -> MeasureSpec:
-    """Each re-measure server's spec: its pair to sqrt(servers) times the target, so that pooled over the
-    servers the ratio is known to about the target (when they agree)."""
-    return spec.model_copy(update={"gain_precision": spec.gain_precision * math.sqrt(spec.remeasure_servers)})
-
-
-def _decide_per_server(run: Run, lines: Sequence[Sequence[str]]) -> None:
-    """The re-measure's decision lines, each server's named when there are several."""
-    for index, notes in enumerate(lines):
-        for line in notes:
-            run.decide(line if len(lines) == 1 else f"server {index + 1} of {len(lines)}: {line}")
-
-
-def _remeasure_stage(index: int) -> tuple[str, str]:
-    """The re-measure on its ``index``-th server (from 0): its stage name (server log, windows.csv) and the
-    suffix of its model names."""
-    return ("remeasure", "_r") if index == 0 else (f"remeasure-{index + 1}", f"_r{index + 1}")
 
 
 def repeat_check(run: Run, measured: Sequence[Candidate], first: Selection) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from gpt_triton.core.accuracy import AccuracyResult
+from gpt_triton.core.cross_check import ClientCrossCheck
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import (
     Interval,
@@ -105,6 +106,9 @@ class Gain(BaseModel):
     # The finalist pair's rounds took turns with this re-measure's (measure.remeasure_in_turns): the estimate
     # and the re-measure saw the same minutes, each on its own server.
     estimate_in_turns: bool = False
+    # The other load client's gain for the same pair on the re-measure's first server, in turns with the
+    # re-measure (measure.cross_check), and how far the two are apart; None when not asked or not run.
+    cross_check: ClientCrossCheck | None = None
 
     def between_runs(self) -> RatioGap | None:
         """The selection estimate against this re-measure, when the finalist run gave it an interval."""

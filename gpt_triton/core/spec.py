@@ -72,6 +72,12 @@ class MeasureSpec(_Strict):
     # The load client: the built-in gRPC generator, or NVIDIA's perf_analyzer binary (make setup fetches it;
     # GPT_TRITON_PERF_ANALYZER overrides where it is), so any figure can be cross-checked with it.
     client: Literal["builtin", "perf_analyzer"] = "builtin"
+    # The other client (perf_analyzer beside the built-in one, or the reverse) measures the re-measure's pair
+    # again on the re-measure's first server, its rounds in turns with the re-measure's: the two clients'
+    # gains for the same two served models from the same minutes, and how far apart they are
+    # (gpt_triton/measure/cross_check.py). Run after the tune, perf_analyzer's gain is minutes apart, and the
+    # gain moves by about 10% between runs minutes apart on this machine. About doubles the re-measure's time.
+    cross_check: Literal["none", "builtin", "perf_analyzer"] = "none"
     # How the load reaches Triton, as production's clients send it. http: the built-in client's concurrency-1
     # loop is a raw keep-alive socket with binary tensors (about a third of Python gRPC's client CPU per
     # request, less than perf_analyzer's; gpt_triton/measure/http_lean.py); perf_analyzer runs with -i http.
@@ -133,6 +139,9 @@ class MeasureSpec(_Strict):
     def _window_counts(self) -> MeasureSpec:
         if self.max_windows < self.min_windows:
             raise ValueError(f"max_windows ({self.max_windows}) is below min_windows ({self.min_windows})")
+        if self.cross_check == self.client:
+            raise ValueError(f"cross_check ({self.cross_check}) is the load client itself: name the other one "
+                             f"({'builtin' if self.client == 'perf_analyzer' else 'perf_analyzer'}) or none")
         return self
 
 
@@ -242,6 +251,13 @@ class TuneSpec(_Strict):
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return parse_duration(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _cross_check_latency(self) -> TuneSpec:
+        if self.measure.cross_check != "none" and self.objective.metric == "throughput":
+            raise ValueError("measure.cross_check compares the two clients' latency gains: it needs a latency "
+                             "objective (p99, p90, p50, mean), not throughput; set it to none")
+        return self
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -37,14 +37,26 @@ class RemeasureResult:
 
 
 @dataclass
+class CrossChecked:
+    """What the other load client (``measure.cross_check``) found on the re-measure's first server, in turns
+    with the re-measure: each contender's result (None when its stage failed: ``notes`` say why, and the
+    gain stands without it), its decision lines, and the client's version line."""
+
+    results: dict[str, RemeasureResult] | None
+    notes: list[str]
+    version: str
+
+
+@dataclass
 class RemeasuredInTurns:
     """A re-measure already run, in turns with the finalist pair's estimate (gpt_triton/measure/relay.py), for
     the re-measure step to judge: whom its servers held (ids, in its order) and, per server, each
-    candidate's result and that server's decision lines."""
+    candidate's result and that server's decision lines; with ``measure.cross_check``, the other client's."""
 
     contenders: list[str]
     per_server: list[dict[str, RemeasureResult]]
     notes: list[list[str]]
+    cross_checked: CrossChecked | None = None
 
 
 def remeasure_result(load: LoadProfile, samples: Sequence[WindowSample], spec: MeasureSpec, seed: int) -> RemeasureResult:

@@ -57,6 +57,11 @@ def run_summary(report: RunReport) -> dict[str, Any]:
             "between_server_sd": None if gain.servers is None else gain.servers.between_sd,
             "tail_edge": None if gain.tail is None else gain.tail.edge,
             "tail_spread": None if gain.tail is None else gain.tail.spread,
+            "cross_check": None if (check := gain.cross_check) is None else {
+                "client": check.client, "ratio": check.ratio.value, "low": check.ratio.low, "high": check.ratio.high,
+                "agreement": check.agreement.value, "agreement_low": check.agreement.low,
+                "agreement_high": check.agreement.high, "within": check.within, "p50_ratio": check.p50_ratio,
+            },
         },
         "heldout": None if heldout is None else {
             "passed": heldout.passed, "requests": heldout.requests, "exceedances": heldout.exceedances,

@@ -61,6 +61,8 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
         lines.append(("re-measured gain", text))
         if gain.tail is not None and gain.tail.edge:  # the gain is this run's, at its share of slow requests
             lines.append(("tail", gain.tail.describe()))
+        if gain.cross_check is not None:  # the other client's gain from the same minutes
+            lines.append(("cross-check", gain.cross_check.describe(gain.metric)))
     else:
         lines.append(("re-measured gain", "not measured"))
     if winner is not None and winner == baseline:

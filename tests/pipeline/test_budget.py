@@ -98,6 +98,11 @@ def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
                        window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
     assert three.remeasure_server_s() == pytest.approx(10 + 3 * (2 + 1 + 8 * 13 + 20))
     assert three.remeasure_s() == pytest.approx(3 * (10 + 3 * (2 + 1 + 8 * 13 + 20)) + 14)
+    # With a cross-check the other client's windows on the re-measure's server are planned too (no server, load or burn-in).
+    checked = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"cross_check": "perf_analyzer"})}),
+                         window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
+    assert checked.cross_check_s() == pytest.approx(3 * (1 + 8 * 13)) and budget.cross_check_s() == 0.0
+    assert checked.remeasure_s() == pytest.approx(budget.remeasure_s() + 3 * (1 + 8 * 13))
     # Without a burn-in the steps cost only their windows.
     cold = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"burn_in_s": 0.0})}),
                       window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])

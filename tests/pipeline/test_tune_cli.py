@@ -23,6 +23,7 @@ import yaml
 from gpt_triton.cli import main
 from gpt_triton.core.naming import named_id
 from gpt_triton.core.records import RunReport
+from gpt_triton.measure.perf_analyzer import find_perf_analyzer
 from gpt_triton.measure.window_log import read_windows
 from gpt_triton.report import verdict_lines
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
@@ -83,15 +84,15 @@ def _write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
-@pytest.fixture()
-def spec_file(tmp_path: Path) -> Path:
-    return _write_spec(tmp_path, FAST_SPEC)
-
-
 @pytest.mark.slow
-def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -> None:
+def test_tune_end_to_end_promotes_and_reports(tmp_path: Path) -> None:
     model = build_conv_attention(tmp_path / "conv_attention.onnx")
     repo, out = tmp_path / "repo", tmp_path / "run"
+    spec = copy.deepcopy(FAST_SPEC)
+    # perf_analyzer (make setup extracts it) measures the re-measure's pair again, in turns with it.
+    cross_checked = find_perf_analyzer() is not None
+    spec["measure"]["cross_check"] = "perf_analyzer" if cross_checked else "none"
+    spec_file = _write_spec(tmp_path, spec)
     before = {p.pid for p in _tritonserver_children()}  # a session fixture may run a shared server
     code = main(["tune", str(model), "--spec", str(spec_file), "--repository", str(repo), "--out", str(out)])
     assert code == 0
@@ -126,7 +127,7 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     if report["selected_id"] != report["baseline_id"]:
         # The selected candidate and the baseline went on until their ratio's width was known (or the cap),
         # in the finalist stage and in the re-measure, and the estimate is the finalist run's ratio.
-        widths = [d for d in report["decisions"] if "target +/-" in d]
+        widths = [d for d in report["decisions"] if "target +/-" in d and not d.startswith("cross-check")]
         assert [d.split(":")[0] for d in widths] == ["finalists", "re-measure"], widths
         assert all(f"/{report['selected_id']} ratio" in d
                    and ("after 4 windows each" in d or "target +/-3.0% reached" in d) for d in widths)
@@ -141,7 +142,7 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
     rows = read_windows(out / "windows.csv")
     assert {r["run_id"] for r in rows} == {report["run_id"]}
     stages = [r["stage"] for r in rows]
-    phases = [min(["search", "finalists", "finalists-pair", "remeasure"].index(s), 2) for s in stages]
+    phases = [min(["search", "finalists", "finalists-pair", "remeasure", "cross-check"].index(s), 2) for s in stages]
     assert phases == sorted(phases), sorted(set(stages))  # the last two take turns (measure.remeasure_in_turns)
     if {"finalists-pair", "remeasure"} <= set(stages):
         # ... a round each: every burn-in first, then the pair's round k, the re-measure's round k, the pair's
@@ -160,6 +161,8 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
         assert sum(d == unjudged for d in report["decisions"]) == (0 if report["gain"] else 1), report["decisions"]
         # ... and the gain says so, so that a gap beyond both widths is put on the servers, not on the minutes.
         assert report["gain"] is None or report["gain"]["estimate_in_turns"] is True
+        if report["gain"] is not None and cross_checked:
+            _assert_cross_checked(out, report, rows)
     assert {"search", "finalists"} <= set(stages)
     if report["selected_id"] != report["baseline_id"]:  # the estimate: the re-measure's design, on a server of its own
         def sequence(stage: str) -> list[str]:  # who ran in which slot of the opening rounds, and how many rounds
@@ -220,6 +223,36 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path, spec_file: Path) -
             [w["p99_ms"] for w in report["gain"]["remeasured_baseline"]["windows"]], abs=1e-3)
         assert p99s("remeasure", report["selected_id"]) == pytest.approx(
             [w["p99_ms"] for w in report["gain"]["remeasured_winner"]["windows"]], abs=1e-3)
+
+
+def _assert_cross_checked(out: Path, report: dict[str, Any], rows: list[dict[str, str]]) -> None:
+    """perf_analyzer measured the re-measure's models on the re-measure's server, its round k right after the
+    re-measure's round k; its gain stands beside the tuner's in the log, report.md's verdicts and the summary."""
+    check = report["gain"]["cross_check"]
+    assert check["client"] == "perf_analyzer" and check["version"].startswith("Perf Analyzer Version")
+    assert check["tuner_client"] == "builtin"
+    # One re-measure server: the tuner's ratio beside perf_analyzer's is the gain itself.
+    assert check["tuner_ratio"]["value"] == pytest.approx(report["gain"]["ratio"]["value"], rel=1e-6)
+    agreement = check["agreement"]
+    assert agreement["value"] == pytest.approx(check["tuner_ratio"]["value"] / check["ratio"]["value"], rel=1e-6)
+    assert agreement["low"] < agreement["value"] < agreement["high"]
+    checked = {r["candidate"] for r in rows if r["stage"] == "cross-check"}
+    assert checked == {r["candidate"] for r in rows if r["stage"] == "remeasure"}
+    turns: list[tuple[str, int]] = []
+    for r in rows:
+        if r["stage"] in ("finalists-pair", "remeasure", "cross-check") and (not turns or turns[-1] != (r["stage"], int(r["round"]))):
+            turns.append((r["stage"], int(r["round"])))
+    # Its first round comes right after the re-measure's burn-in (it has none of its own), each next one right
+    # after a re-measure round, while the re-measure goes on.
+    last = max(i for i, (stage, _) in enumerate(turns) if stage == "remeasure")
+    own = [i for i, (stage, _) in enumerate(turns) if stage == "cross-check"]
+    assert own and own[0] == 0, turns
+    assert all(turns[i - 1][0] == "remeasure" for i in own[1:] if i <= last + 1), turns
+    lines = [d for d in report["decisions"] if d.startswith("cross-check: perf_analyzer on the re-measure's server, in turns with it")]
+    assert len(lines) == 1 and f"{check['ratio']['value']:.3f}" in lines[0], report["decisions"]
+    assert dict(verdict_lines(RunReport.model_validate(report)))["cross-check"] == lines[0].removeprefix("cross-check: ")
+    summary = json.loads(_run_cli("report", str(out), "--json", cwd=out).stdout)
+    assert summary["gain"]["cross_check"]["within"] == (abs(agreement["value"] - 1) <= 0.05)
 
 
 def _run_cli(*args: str, cwd: Path, drop_root_override: bool = False) -> subprocess.CompletedProcess[str]:
@@ -451,6 +484,51 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
     server_gone = not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
     assert server_gone, "the embedded Triton outlived an interrupted run"
     assert not (repo / "tiny").exists(), "an interrupted run must not promote"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_perf_analyzer() is None, reason="perf_analyzer is not installed here: `make perf-analyzer`")
+@pytest.mark.parametrize("client", ["works", "breaks"])
+def test_a_cross_check_after_the_finalists_takes_turns_with_the_re_measure_and_a_broken_client_ends_it_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str) -> None:
+    """measure.remeasure_in_turns off: perf_analyzer's rounds take turns with the re-measure alone, after the
+    re-measure's burn-in. A perf_analyzer that starts (--version) but fails its first window ends the
+    cross-check, not the tune: the gain stands on the re-measure and the log says why it is not cross-checked."""
+    tool = find_perf_analyzer()
+    assert tool is not None
+    if client == "breaks":
+        broken = tmp_path / "bin" / "perf_analyzer"  # the real binary for --version, then a failing run
+        broken.parent.mkdir()
+        broken.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec "{tool.binary}" "$@"; fi\n'
+                          'echo "error: failed to create concurrency manager: injected" >&2\nexit 1\n')
+        broken.chmod(0o755)
+        monkeypatch.setenv("GPT_TRITON_PERF_ANALYZER", str(broken))
+    model = build_conv_attention(tmp_path / "conv_attention.onnx")
+    spec = copy.deepcopy(FAST_SPEC)
+    spec["families"]["onnxruntime"]["knobs"]["precision"] = "fp32"  # the baseline and OpenVINO: a gain to re-measure
+    # More search windows than the other tests' 4: OpenVINO's lead (about 1.6x) must show, or nothing is re-measured.
+    spec["measure"].update(remeasure_in_turns=False, cross_check="perf_analyzer", max_windows=6)
+    out = tmp_path / "run"
+    assert main(["tune", str(model), "--spec", str(_write_spec(tmp_path, spec)), "--out", str(out), "--no-promote"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    if report["gain"] is None:
+        pytest.skip("the selection kept the baseline: nothing was re-measured")
+    every = read_windows(out / "windows.csv", burn_in=True)
+    stages = [(r["stage"], r["round"]) for r in every if r["stage"] in ("remeasure", "cross-check")]
+    decided = [d for d in report["decisions"] if d.startswith("cross-check")]
+    if client == "breaks":
+        assert report["gain"]["cross_check"] is None and not any(s == "cross-check" for s, _ in stages)
+        assert len(decided) == 1 and decided[0].startswith(
+            "cross-check (perf_analyzer): failed, so the gain is not cross-checked: "), decided
+        assert "perf_analyzer failed on" in decided[0] and "injected" in decided[0]
+        return
+    assert report["gain"]["cross_check"]["client"] == "perf_analyzer"
+    first_counted = next(i for i, (s, k) in enumerate(stages) if k != "0")
+    assert {s for s, k in stages[:first_counted]} == {"remeasure"}  # the re-measure's burn-in, before either's rounds
+    assert stages[first_counted][0] == "cross-check"
+    blocks = [s for i, (s, _) in enumerate(stages) if i >= first_counted and (i == first_counted or stages[i - 1] != stages[i])]
+    assert blocks[:4] == ["cross-check", "remeasure", "cross-check", "remeasure"], blocks
+    assert any(d.startswith("cross-check: perf_analyzer on the re-measure's server, in turns with it") for d in decided)
 
 
 @pytest.mark.slow
