@@ -58,9 +58,18 @@ def test_a_client_that_adds_a_fixed_cost_per_request_shows_in_p50_more_than_in_t
     assert 1.0 < check.agreement.value < 1.0 + AGREEMENT_TOLERANCE and check.within
     assert check.p50_ratio["baseline"] < 1.0 and check.p50_ratio["winner"] < check.p50_ratio["baseline"]
     assert check.windows == 12 and check.requests == 2 * 12 * 500
+    # The p50 gains (each client's own, paired by round) are set beside each other too.
+    p50_gains = [paired_ratio_interval(b.window_latencies_ms, w.window_latencies_ms, "p50").value
+                 for b, w in ((base, win), (other_base, other_win))]
+    assert check.p50_agreement is not None
+    assert check.p50_agreement.value == pytest.approx(p50_gains[0] / p50_gains[1])
     words = check.describe("p99")
     assert "perf_analyzer on the re-measure's server, in turns with it" in words
     assert f"within {100 * AGREEMENT_TOLERANCE:.0f}%" in words and "builtin p50 / perf_analyzer p50" in words
+    assert f"p50 gains {check.p50_agreement.value:.3f} [" in words
+    # A p50 objective: its agreement is the p50's, not repeated.
+    assert client_cross_check((base, win), (other_base, other_win), "p50", "paired", ("builtin", "perf_analyzer")
+                              ).p50_agreement is None
 
 
 def test_two_gains_apart_beyond_both_widths_are_said_to_differ() -> None:

@@ -39,6 +39,11 @@ class ClientCrossCheck(BaseModel):
     # Per side (baseline, winner): the tuner's client's pooled p50 / the other's. Above 1 the tuner's
     # client adds more per request than the other (issue 16's client bar: within 5% of perf_analyzer's).
     p50_ratio: dict[str, float]
+    # The two clients' p50 gains, formed the same way, tuner / other: a statistic each window pins, so it
+    # shows whether the clients see the same pair where a p99's slow tail (sampled thinly, and moved by
+    # how long each client leaves the server idle between requests) lets the objective's gains wander.
+    # None in a report written before it, or with a p50 objective (``agreement`` is then that).
+    p50_agreement: Interval | None = None
 
     @property
     def within(self) -> bool:
@@ -58,11 +63,15 @@ class ClientCrossCheck(BaseModel):
         else:
             verdict = f"within {tol} by the point; the interval reaches beyond it"
         p50 = ", ".join(f"{side} {value:.3f}" for side, value in self.p50_ratio.items())
+        if (m := self.p50_agreement) is not None:
+            p50 = f"p50 gains {m.value:.3f} [{m.low:.3f}, {m.high:.3f}] apart; {self.tuner_client} p50 / {self.client} p50: {p50}"
+        else:
+            p50 = f"{self.tuner_client} p50 / {self.client} p50: {p50}"
         return (f"{self.client} on the re-measure's server, in turns with it: baseline/winner {metric} ratio "
                 f"{self.ratio.value:.3f} [{self.ratio.low:.3f}, {self.ratio.high:.3f}] over {self.windows} windows a side "
                 f"({self.requests} requests); the {self.tuner_client} client's {self.tuner_ratio.value:.3f} "
                 f"[{self.tuner_ratio.low:.3f}, {self.tuner_ratio.high:.3f}] is {a.value:.3f} [{a.low:.3f}, {a.high:.3f}] "
-                f"of it: {verdict}; {self.tuner_client} p50 / {self.client} p50: {p50}")
+                f"of it: {verdict}; {p50}")
 
 
 def agreement_interval(tuner: Interval, other: Interval) -> tuple[Interval, float]:

@@ -61,6 +61,7 @@ def run_summary(report: RunReport) -> dict[str, Any]:
                 "client": check.client, "ratio": check.ratio.value, "low": check.ratio.low, "high": check.ratio.high,
                 "agreement": check.agreement.value, "agreement_low": check.agreement.low,
                 "agreement_high": check.agreement.high, "within": check.within, "p50_ratio": check.p50_ratio,
+                "p50_agreement": None if check.p50_agreement is None else check.p50_agreement.value,
             },
         },
         "heldout": None if heldout is None else {

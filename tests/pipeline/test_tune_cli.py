@@ -236,6 +236,7 @@ def _assert_cross_checked(out: Path, report: dict[str, Any], rows: list[dict[str
     agreement = check["agreement"]
     assert agreement["value"] == pytest.approx(check["tuner_ratio"]["value"] / check["ratio"]["value"], rel=1e-6)
     assert agreement["low"] < agreement["value"] < agreement["high"]
+    assert check["p50_agreement"]["low"] <= check["p50_agreement"]["value"] <= check["p50_agreement"]["high"]
     checked = {r["candidate"] for r in rows if r["stage"] == "cross-check"}
     assert checked == {r["candidate"] for r in rows if r["stage"] == "remeasure"}
     turns: list[tuple[str, int]] = []
