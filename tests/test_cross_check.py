@@ -66,7 +66,7 @@ def test_a_client_that_adds_a_fixed_cost_per_request_shows_in_p50_more_than_in_t
     words = check.describe("p99")
     assert "perf_analyzer on the re-measure's server, in turns with it" in words
     assert f"within {100 * AGREEMENT_TOLERANCE:.0f}%" in words and "builtin p50 / perf_analyzer p50" in words
-    assert f"p50 gains {check.p50_agreement.value:.3f} [" in words
+    assert f"p50 gains, builtin / perf_analyzer: {check.p50_agreement.value:.3f} [" in words
     # A p50 objective: its agreement is the p50's, not repeated.
     assert client_cross_check((base, win), (other_base, other_win), "p50", "paired", ("builtin", "perf_analyzer")
                               ).p50_agreement is None

@@ -40,8 +40,8 @@ class ClientCrossCheck(BaseModel):
     # client adds more per request than the other (issue 16's client bar: within 5% of perf_analyzer's).
     p50_ratio: dict[str, float]
     # The two clients' p50 gains, formed the same way, tuner / other: a statistic each window pins, so it
-    # shows whether the clients see the same pair where a p99's slow tail (sampled thinly, and moved by
-    # how long each client leaves the server idle between requests) lets the objective's gains wander.
+    # shows whether the clients see the same pair where a p99's slow tail, sampled thinly (and on
+    # conv_attention sitting higher under the built-in client: docs/measurement.md), lets the gains wander.
     # None in a report written before it, or with a p50 objective (``agreement`` is then that).
     p50_agreement: Interval | None = None
 
@@ -64,7 +64,8 @@ class ClientCrossCheck(BaseModel):
             verdict = f"within {tol} by the point; the interval reaches beyond it"
         p50 = ", ".join(f"{side} {value:.3f}" for side, value in self.p50_ratio.items())
         if (m := self.p50_agreement) is not None:
-            p50 = f"p50 gains {m.value:.3f} [{m.low:.3f}, {m.high:.3f}] apart; {self.tuner_client} p50 / {self.client} p50: {p50}"
+            p50 = (f"p50 gains, {self.tuner_client} / {self.client}: {m.value:.3f} [{m.low:.3f}, {m.high:.3f}]; "
+                   f"{self.tuner_client} p50 / {self.client} p50: {p50}")
         else:
             p50 = f"{self.tuner_client} p50 / {self.client} p50: {p50}"
         return (f"{self.client} on the re-measure's server, in turns with it: baseline/winner {metric} ratio "
