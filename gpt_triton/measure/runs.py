@@ -49,9 +49,10 @@ class CrossChecked:
 
 @dataclass
 class RemeasuredInTurns:
-    """A re-measure already run, in turns with the finalist pair's estimate (gpt_triton/measure/relay.py), for
-    the re-measure step to judge: whom its servers held (ids, in its order) and, per server, each
-    candidate's result and that server's decision lines; with ``measure.cross_check``, the other client's."""
+    """A re-measure's results for the re-measure step to judge, whether it ran in turns with the finalist pair's
+    estimate (gpt_triton/measure/relay.py) or on its own after it: whom its servers held (ids, in its order)
+    and, per server, each candidate's result and that server's decision lines; with ``measure.cross_check``,
+    the other client's."""
 
     contenders: list[str]
     per_server: list[dict[str, RemeasureResult]]
