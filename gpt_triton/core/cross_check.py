@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 from scipy import stats
 
-from gpt_triton.core.measurements import Interval, log_standard_error
+from gpt_triton.core.measurements import Interval, log_gap
 
 # Issue 16's bar: the tuner's re-measured gain within 5% of perf_analyzer's for the same two versions.
 AGREEMENT_TOLERANCE = 0.05
@@ -77,8 +77,7 @@ class ClientCrossCheck(BaseModel):
 
 def agreement_interval(tuner: Interval, other: Interval) -> tuple[Interval, float]:
     """``tuner / other`` with an interval from both widths (independent, on the log scale), and its z."""
-    se = float(np.hypot(log_standard_error(tuner), log_standard_error(other)))
-    gap = float(np.log(tuner.value / other.value))
+    gap, se = log_gap(tuner, other)
     if not np.isfinite(se) or se <= 0:
         value = float(np.exp(gap))
         return Interval(value=value, low=value, high=value, level=tuner.level), 0.0

@@ -65,16 +65,23 @@ def log_standard_error(interval: Interval) -> float:
     return float(np.log(interval.high) - np.log(interval.low)) / (2.0 * float(stats.norm.ppf(0.5 + interval.level / 2.0)))
 
 
+def log_gap(first: Interval, second: Interval) -> tuple[float, float]:
+    """log(first / second) and its standard error from both widths, the two read as independent estimates
+    (the se is 0 or not finite when neither has a width)."""
+    se = float(np.hypot(log_standard_error(first), log_standard_error(second)))
+    return float(np.log(first.value / second.value)), se
+
+
 def ratio_gap(first: Interval, second: Interval, same_minutes: bool = False) -> RatioGap | None:
     """How far ``first`` is from ``second`` beyond what their widths allow; None when either has a bound at
     or below 0 (no log scale) or no width (nothing to compare against). ``same_minutes``: the two were
     measured in turns (:class:`RatioGap`)."""
     if min(first.value, first.low, second.value, second.low) <= 0:
         return None
-    se = float(np.hypot(log_standard_error(first), log_standard_error(second)))
+    gap, se = log_gap(first, second)
     if not np.isfinite(se) or se <= 0:
         return None
-    z = float(np.log(first.value / second.value)) / se
+    z = gap / se
     return RatioGap(relative=first.value / second.value - 1.0, z=z, agree=abs(z) <= float(stats.norm.ppf(0.975)),
                     same_minutes=same_minutes)
 
