@@ -68,7 +68,7 @@ def pair_and_remeasure_in_turns(run: Run, design: Sequence[Candidate], pair: tup
         for index in range(1, len(stages)):
             work[stages[index][0]] = functools.partial(judges[index].remeasure, holders[index], pair, lines[index], deadline)
         if checking is not None:
-            work[CROSS_CHECK_STAGE] = cross_check_work(run, served[1][0], holders[1], pair, advance, deadline, relay)
+            work[CROSS_CHECK_STAGE] = cross_check_work(run, checking, served[1][0], holders[1], pair, advance, deadline, relay)
         results = in_turns(relay, work)
         for judge in judges:
             run.budget.observe_windows(judge.objective_window_seconds)
@@ -99,13 +99,12 @@ def cross_check_spec(spec: MeasureSpec) -> MeasureSpec | None:
     return remeasure_spec(spec).model_copy(update={"client": spec.cross_check, "cross_check": "none", "burn_in_s": 0.0})
 
 
-def cross_check_work(run: Run, server: TritonServer, held: Sequence[Candidate], pair: tuple[str, str],
+def cross_check_work(run: Run, spec: MeasureSpec, server: TritonServer, held: Sequence[Candidate], pair: tuple[str, str],
                      advance: Callable[[str], None], deadline: float | None, relay: Relay) -> Callable[[], CrossChecked]:
-    """The other client's re-measure of ``held`` (the re-measure's first server's models) on ``server``, a
-    round each turn in ``relay``. A failure of the client (not of the server) ends the cross-check alone:
-    the gain stands on the re-measure, and the log says why it was not cross-checked."""
-    spec = cross_check_spec(run.spec.measure)
-    assert spec is not None  # only called when measure.cross_check names a client
+    """The other client's re-measure of ``held`` (the re-measure's first server's models) on ``server``, with
+    :func:`cross_check_spec`'s ``spec``, a round each turn in ``relay``. A failure of the client (not of the
+    server) ends the cross-check alone: the gain stands on the re-measure, and the log says why it was not
+    cross-checked."""
     judge = measurer(run, server, advance, CROSS_CHECK_STAGE, spec, seed=50_021,
                      at_round=functools.partial(relay.turn, CROSS_CHECK_STAGE))
     version = _client_version(spec.client)
@@ -253,17 +252,18 @@ def _remeasure_one_after_another(run: Run, contenders: Sequence[Candidate], pair
                 # An equal share of what is left for each server still to run, after the others' least cost.
                 later = (servers - 1 - index) * run.budget.remeasure_server_s()
                 deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
-                checking = index == 0 and cross_check_spec(run.spec.measure) is not None
-                relay = Relay([label, CROSS_CHECK_STAGE]) if checking else None
+                checking = cross_check_spec(run.spec.measure) if index == 0 else None
+                relay = Relay([label, CROSS_CHECK_STAGE]) if checking is not None else None
                 # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
                 judge = measurer(run, server, advance, label, stage, seed=1_013 * index,
                                  at_round=functools.partial(relay.turn, label) if relay else None)
-                if relay is None:
+                if checking is None or relay is None:  # both or neither: no cross-check on this server
                     per_server.append(judge.remeasure(contenders, pair, notes, deadline))
                 else:
                     work: dict[str, Callable[[], object]] = {
                         label: functools.partial(judge.remeasure, contenders, pair, notes, deadline),
-                        CROSS_CHECK_STAGE: cross_check_work(run, server, contenders, pair, advance, deadline, relay)}
+                        CROSS_CHECK_STAGE: cross_check_work(run, checking, server, contenders, pair, advance, deadline,
+                                                            relay)}
                     results = in_turns(relay, work)
                     per_server.append(cast("dict[str, RemeasureResult]", results[label]))
                     checked = cast("CrossChecked", results[CROSS_CHECK_STAGE])

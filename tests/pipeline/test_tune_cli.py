@@ -490,10 +490,10 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.skipif(find_perf_analyzer() is None, reason="perf_analyzer is not installed here: `make perf-analyzer`")
 @pytest.mark.parametrize("client", ["works", "breaks"])
-def test_a_cross_check_after_the_finalists_takes_turns_with_the_re_measure_and_a_broken_client_ends_it_alone(
+def test_a_cross_check_takes_turns_with_a_re_measure_on_its_own_and_a_broken_client_ends_it_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str) -> None:
-    """measure.remeasure_in_turns off: perf_analyzer's rounds take turns with the re-measure alone, after the
-    re-measure's burn-in. A perf_analyzer that starts (--version) but fails its first window ends the
+    """measure.remeasure_in_turns off (and no finalist stage): perf_analyzer's rounds take turns with the
+    re-measure alone, after the re-measure's burn-in. A perf_analyzer that starts (--version) but fails its first window ends the
     cross-check, not the tune: the gain stands on the re-measure and the log says why it is not cross-checked."""
     tool = find_perf_analyzer()
     assert tool is not None
@@ -508,7 +508,9 @@ def test_a_cross_check_after_the_finalists_takes_turns_with_the_re_measure_and_a
     spec = copy.deepcopy(FAST_SPEC)
     spec["families"]["onnxruntime"]["knobs"]["precision"] = "fp32"  # the baseline and OpenVINO: a gain to re-measure
     # More search windows than the other tests' 4: OpenVINO's lead (about 1.6x) must show, or nothing is re-measured.
-    spec["measure"].update(remeasure_in_turns=False, cross_check="perf_analyzer", max_windows=6)
+    # No finalist stage: its 4-window pair (p99s of 200 requests, +/-231% in one run on 2026-12-07) put the
+    # baseline ahead in several runs here, and the path under test is the re-measure's on its own.
+    spec["measure"].update(remeasure_in_turns=False, cross_check="perf_analyzer", max_windows=6, finalists=0)
     out = tmp_path / "run"
     assert main(["tune", str(model), "--spec", str(_write_spec(tmp_path, spec)), "--out", str(out), "--no-promote"]) == 0
     report = json.loads((out / "report.json").read_text())
