@@ -32,8 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval  # noqa: E402
 from gpt_triton.core.measurements import Interval, between_servers  # noqa: E402
-from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios  # noqa: E402
-from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows  # noqa: E402
+from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows, stage_pair_ratio  # noqa: E402
 
 STAGES = ("remeasure", "cross-check")
 
@@ -44,11 +43,11 @@ def round_values(rows: list[dict[str, str]], stage: str, cid: str, column: str) 
     return [value for _, value in picked]
 
 
-def gains(rows: list[dict[str, str]], ids: tuple[str, str], column: str) -> dict[str, Interval]:
-    """Each stage's baseline/winner gain for ``column`` (p50_ms, p99_ms), paired by round."""
-    return {stage: log_ratio_interval(round_log_ratios(round_values(rows, stage, ids[0], column),
-                                                       round_values(rows, stage, ids[1], column)))
-            for stage in STAGES}
+def gains(rows: list[dict[str, str]], ids: tuple[str, str], column: str) -> dict[str, Interval] | None:
+    """Each stage's baseline/winner gain for ``column`` (p50_ms, p99_ms), paired by round; None when a stage
+    has no round with both sides."""
+    found = {stage: stage_pair_ratio(rows, stage, ids, column) for stage in STAGES}
+    return {stage: iv for stage, iv in found.items() if iv is not None} if all(found.values()) else None
 
 
 def fmt(iv: Interval) -> str:
@@ -72,6 +71,9 @@ def main() -> None:
         print(f"{run_dir} ({report['run_id']}): baseline {ids[0]} vs {ids[1]}")
         for stat, column in (("p99", "p99_ms"), ("p50", "p50_ms")):
             each = gains(rows, ids, column)
+            if each is None:
+                print(f"  {stat}: a stage has no round with both sides")
+                continue
             agreement, z = agreement_interval(each["remeasure"], each["cross-check"])
             pooled[stat].append(agreement)
             if stat == "p99":

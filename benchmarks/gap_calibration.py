@@ -37,7 +37,6 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpt_triton.core.measurements import (  # noqa: E402
-    Interval,
     ServerSpread,
     WindowResult,
     heterogeneity,
@@ -45,8 +44,7 @@ from gpt_triton.core.measurements import (  # noqa: E402
 )
 from gpt_triton.core.records import Gain  # noqa: E402
 from gpt_triton.measure.machine_load import machine_load  # noqa: E402
-from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios  # noqa: E402
-from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows  # noqa: E402
+from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows, stage_pair_ratio  # noqa: E402
 
 TARGET = 0.05  # |estimate / re-measure - 1|
 SHARE = 0.8  # in 4 of 5 tunes
@@ -124,17 +122,8 @@ def paired_from_windows(run_dir: Path, gain: Gain) -> Gain | None:
     rows = read_windows(path)
     pair = (report["baseline_id"], report.get("selected_id") or report["winner_id"])
 
-    def ratio(stage: str) -> Interval | None:
-        by_round: dict[str, dict[str, float]] = {}
-        for r in rows:
-            if r["stage"] == stage and r["candidate"] in pair:
-                by_round.setdefault(r["round"], {})[r["candidate"]] = float(r[f"{gain.metric}_ms"])
-        rounds = [v for _, v in sorted(by_round.items(), key=lambda kv: int(kv[0])) if len(v) == 2]
-        if len(rounds) < 3:
-            return None
-        return log_ratio_interval(round_log_ratios([v[pair[0]] for v in rounds], [v[pair[1]] for v in rounds]))
-
-    estimate, remeasured = ratio("finalists-pair"), ratio("remeasure")
+    estimate, remeasured = (stage_pair_ratio(rows, stage, pair, f"{gain.metric}_ms", min_rounds=3)
+                            for stage in ("finalists-pair", "remeasure"))
     if estimate is None or remeasured is None:
         return None
     return gain.model_copy(update={"ratio": remeasured, "selection_estimate": estimate,

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpt_triton.core.measurements import WindowResult
+from gpt_triton.core.measurements import Interval, WindowResult
+from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios
 
 WINDOWS_FILE = "windows.csv"
 FIELDS = ("run_id", "stage", "candidate", "load", "round", "ended_utc", "duration_s", "requests", "errors",
@@ -98,3 +99,18 @@ def read_windows(path: Path, burn_in: bool = False, set_aside: bool = False) -> 
     with path.open(newline="") as handle:
         return [row for row in csv.DictReader(handle)
                 if (burn_in or row["round"] != BURN_IN_ROUND) and (set_aside or not row.get("set_aside"))]
+
+
+def stage_pair_ratio(rows: Sequence[dict[str, str]], stage: str, pair: tuple[str, str], column: str,
+                     min_rounds: int = 1) -> Interval | None:
+    """``pair`` = (baseline, winner)'s ratio of ``column`` (``p99_ms``, ``p50_ms``) in ``stage``, paired by round
+    as the tuner forms its gain (:mod:`.paired`) from :func:`read_windows`' rows: the two sides' windows of one
+    round set against each other, a round missing either side left out; None under ``min_rounds`` rounds."""
+    by_round: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["stage"] == stage and r["candidate"] in pair:
+            by_round.setdefault(int(r["round"]), {})[r["candidate"]] = float(r[column])
+    rounds = [values for _, values in sorted(by_round.items()) if len(values) == 2]
+    if len(rounds) < max(1, min_rounds):
+        return None
+    return log_ratio_interval(round_log_ratios([v[pair[0]] for v in rounds], [v[pair[1]] for v in rounds]))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from gpt_triton.core.measurements import WindowResult
-from gpt_triton.measure.window_log import FIELDS, WindowLog, read_windows
+from gpt_triton.measure.window_log import FIELDS, WindowLog, read_windows, stage_pair_ratio
 
 
 def result(p99: float, requests: int = 500) -> WindowResult:
@@ -75,3 +78,17 @@ def test_a_file_with_other_columns_is_set_aside_not_appended_to(tmp_path: Path) 
     aside = [p for p in tmp_path.iterdir() if p.name != "windows.csv"]
     assert len(aside) == 1 and aside[0].name.startswith("windows.") and aside[0].read_text() == old
     assert [r["run_id"] for r in read_windows(path)] == ["now"]
+
+
+def test_a_stage_pair_ratio_is_paired_by_round_and_leaves_out_a_round_missing_a_side() -> None:
+    def row(stage: str, cid: str, round_no: int, p99: float) -> dict[str, str]:
+        return {"stage": stage, "candidate": cid, "round": str(round_no), "p99_ms": str(p99)}
+
+    rows = [row("remeasure", "base", 2, 30.0), row("remeasure", "win", 2, 15.0),   # out of order: paired by round
+            row("remeasure", "win", 1, 10.0), row("remeasure", "base", 1, 40.0),
+            row("remeasure", "base", 3, 99.0),                                        # no winner window: left out
+            row("cross-check", "base", 1, 1.0), row("cross-check", "win", 1, 1.0)]    # another stage
+    found = stage_pair_ratio(rows, "remeasure", ("base", "win"), "p99_ms")
+    assert found is not None and found.value == pytest.approx(np.sqrt(4.0 * 2.0))  # geometric mean of 4 and 2
+    assert stage_pair_ratio(rows, "remeasure", ("base", "win"), "p99_ms", min_rounds=3) is None
+    assert stage_pair_ratio(rows, "finalists-pair", ("base", "win"), "p99_ms") is None
