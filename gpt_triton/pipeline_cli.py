@@ -265,7 +265,13 @@ class JsonProgress(Progress):
 
 
 class RichProgress(Progress):
-    """Progress bars for the pipeline's steps on a terminal, log lines above them."""
+    """Progress bars for the pipeline's steps on a terminal, log lines above them.
+
+    The bars are redrawn when a step ends or a line is logged, never by a timer: rich's refresh thread
+    would take the interpreter lock ten times a second inside the windows this process's own client times.
+    With it running, the built-in client's window p99 came 1.27x perf_analyzer's on a conv_attention
+    winner, against 0.99x without (``benchmarks/progress_bar_tail.py``, 2026-12-07). So the spinner and
+    the elapsed time move with the steps, not with the clock."""
 
     def __init__(self, console: Any) -> None:
         super().__init__(self._log)
@@ -288,6 +294,7 @@ class RichProgress(Progress):
 
         columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("[dim]{task.fields[last]}")]
-        with Bars(*columns, console=self.console, transient=True) as bars:
+        with Bars(*columns, console=self.console, transient=True, auto_refresh=False) as bars:
             task = bars.add_task(description, total=total, last="")
-            yield lambda text: bars.update(task, advance=1, last=text[:60])
+            bars.refresh()
+            yield lambda text: bars.update(task, advance=1, last=text[:60], refresh=True)
