@@ -149,6 +149,9 @@ def finalists(run: Run, measured: Sequence[Candidate], first: Selection) -> Sele
         unjudged, run.remeasured_in_turns = run.remeasured_in_turns, None  # it measured a winner no longer selected
         decide_per_server(run, unjudged.notes)
         run.decide("finalists: the re-measure that ran in turns with the pair is not judged: the selection changed")
+        if unjudged.cross_checked is not None:  # it measured the same pair: it goes with the re-measure
+            run.decide(f"cross-check ({run.spec.measure.cross_check}): not judged either: it measured the pair the "
+                       "selection no longer holds")
     if final.winner_id is None:
         run.decide("finalists: no finalist was measured again: the search's selection stands")
         return first

@@ -159,6 +159,9 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path) -> None:
         unjudged = "finalists: the re-measure that ran in turns with the pair is not judged: the selection changed"
         assert sum(d.startswith(judged) for d in report["decisions"]) == (1 if report["gain"] else 0)
         assert sum(d == unjudged for d in report["decisions"]) == (0 if report["gain"] else 1), report["decisions"]
+        # ... and a cross-check that took turns with it goes with it, in a line of its own.
+        discarded = "cross-check (perf_analyzer): not judged either: it measured the pair the selection no longer holds"
+        assert sum(d == discarded for d in report["decisions"]) == (1 if cross_checked and not report["gain"] else 0)
         # ... and the gain says so, so that a gap beyond both widths is put on the servers, not on the minutes.
         assert report["gain"] is None or report["gain"]["estimate_in_turns"] is True
         if report["gain"] is not None and cross_checked:
