@@ -269,9 +269,9 @@ class RichProgress(Progress):
 
     The bars are redrawn when a step ends or a line is logged, never by a timer: rich's refresh thread
     would take the interpreter lock ten times a second inside the windows this process's own client times.
-    With it running, the built-in client's window p99 came 1.27x perf_analyzer's on a conv_attention
-    winner, against 0.99x without (``benchmarks/progress_bar_tail.py``, 2026-12-07). So the spinner and
-    the elapsed time move with the steps, not with the clock."""
+    Under such a bar the built-in client's window p99 came 1.35x perf_analyzer's on a conv_attention
+    winner, 1.02x bare and 1.08x under these bars (``benchmarks/progress_bar_tail.py``, 2026-12-07). So
+    the spinner and the elapsed time move with the steps, not with the clock."""
 
     def __init__(self, console: Any) -> None:
         super().__init__(self._log)
