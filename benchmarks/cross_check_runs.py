@@ -46,8 +46,8 @@ def round_values(rows: list[dict[str, str]], stage: str, cid: str, column: str) 
 def gains(rows: list[dict[str, str]], ids: tuple[str, str], column: str) -> dict[str, Interval] | None:
     """Each stage's baseline/winner gain for ``column`` (p50_ms, p99_ms), paired by round; None when a stage
     has no round with both sides."""
-    found = {stage: stage_pair_ratio(rows, stage, ids, column) for stage in STAGES}
-    return {stage: iv for stage, iv in found.items() if iv is not None} if all(found.values()) else None
+    remeasured, checked = (stage_pair_ratio(rows, stage, ids, column) for stage in STAGES)
+    return None if remeasured is None or checked is None else dict(zip(STAGES, (remeasured, checked), strict=True))
 
 
 def fmt(iv: Interval) -> str:

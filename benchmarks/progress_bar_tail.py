@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E4
 from gpt_triton.core.records import Candidate  # noqa: E402
 from gpt_triton.deploy import write_model  # noqa: E402
 from gpt_triton.measure.clients import BuiltinClient, LoadClient  # noqa: E402
-from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer  # noqa: E402
+from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer  # noqa: E402
 from gpt_triton.pipeline_cli import RichProgress  # noqa: E402
 from gpt_triton.server import EmbeddedTriton  # noqa: E402
 from gpt_triton.testing.models import build_conv_attention  # noqa: E402
@@ -40,8 +41,13 @@ from gpt_triton.testing.models import build_conv_attention  # noqa: E402
 WINDOW_S, MIN_REQUESTS, SETTLE_S = 0.75, 500, 0.05  # examples/demo.yaml's windows
 
 
+_SINK = io.StringIO()  # what the bars draw is not read: only what drawing them does to the windows
+
+
 def _terminal() -> Console:
-    return Console(file=open("/dev/null", "w"), force_terminal=True, width=160)  # noqa: SIM115 - closed with the run
+    _SINK.seek(0)
+    _SINK.truncate()
+    return Console(file=_SINK, force_terminal=True, width=160)
 
 
 @contextlib.contextmanager
@@ -81,7 +87,7 @@ def main() -> None:
         measure(root, model, {"baseline": baseline, "winner": winner}, args.rounds, tool)
 
 
-def measure(root: Path, model: Path, pair: dict[str, Candidate], rounds: int, tool: object) -> None:
+def measure(root: Path, model: Path, pair: dict[str, Candidate], rounds: int, tool: PerfAnalyzer) -> None:
     info = inspect_model(model)
     shapes = resolve_shapes(info, {})
     rng = np.random.default_rng(0)
@@ -91,7 +97,7 @@ def measure(root: Path, model: Path, pair: dict[str, Candidate], rounds: int, to
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
         builtin: LoadClient = BuiltinClient()
-        pa: LoadClient = PerfAnalyzerClient(tool, "grpc", server.http_url)  # type: ignore[arg-type]
+        pa: LoadClient = PerfAnalyzerClient(tool, "grpc", server.http_url)
         names = {}
         for role, cand in pair.items():
             assert cand.artifact is not None
