@@ -1,0 +1,133 @@
+"""Does what ran just before a window move its p99, and for which client? (a benchmark script, not a test; issue 16)
+
+In a tune's re-measure each client measures the contenders in turn, so a window on the baseline always
+follows that client's windows on the other contenders. On conv_attention, whose baseline (ONNX Runtime's
+defaults) spins its threads, the built-in client's p99 gain over that baseline read 1.08-1.26x
+perf_analyzer's in every cross-checked tune. Here one embedded Triton serves a run's re-measure
+contenders, and each round measures the baseline (``--subject``) with both clients, each window after one
+of three things done by the same client: a window on each other contender (as in the re-measure), a
+window on the subject itself (as if it were served on its own), or an idle gap (``--idle-s``). The six
+(client, before) conditions run in an order that rotates every round. Printed, paired by round
+(geometric mean, t interval: gpt_triton.measure.paired.log_ratio_interval): built-in over perf_analyzer
+window p99 and p50 under each "before", and each client's p99 after the others and after idle over its
+p99 after itself.
+
+    .venv/bin/python benchmarks/switch_tail.py --run-dir RUN [--rounds 24] [--idle-s 3] [--subject ID]
+
+RUN is a tune's run directory: its report names the contenders (``--others`` overrides: the candidate ids
+of the other contenders, comma-separated) and its calibration.npz holds the tuning split's inputs, the
+payloads both clients send.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gpt_triton.core.measurements import LoadProfile, WindowResult
+from gpt_triton.core.records import RunReport
+from gpt_triton.deploy import write_model
+from gpt_triton.measure.clients import BuiltinClient, LoadClient
+from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios
+from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.server import EmbeddedTriton
+
+WINDOW_S, MIN_REQUESTS, SETTLE_S = 0.75, 500, 0.05  # examples/demo.yaml's windows, the built-in client's settle
+CLIENTS = ("builtin", "perf_analyzer")
+BEFORE = ("others", "self", "idle")
+
+
+def tuning_inputs(run_dir: Path) -> list[dict[str, np.ndarray]]:
+    """The run's tuning split (calibration.npz stacks its requests along the batch axis), one request each."""
+    with np.load(run_dir / "calibration.npz") as stacked:
+        arrays = {name: stacked[name] for name in stacked.files}
+    count = min(len(a) for a in arrays.values())
+    return [{name: a[i:i + 1] for name, a in arrays.items()} for i in range(count)]
+
+
+def contenders(report: RunReport, subject: str, others: str | None) -> list[str]:
+    """The other contenders, then the subject: the order the re-measure measures them in."""
+    if others:
+        ids = [x for x in others.split(",") if x]
+    else:  # the re-measure's pair; its runner-up is only in the log, so name it with --others
+        ids = [x for x in (report.selected_id, report.winner_id) if x and x != subject]
+    return [*dict.fromkeys(ids), subject]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument("--idle-s", type=float, default=3.0)
+    parser.add_argument("--subject", help="the candidate measured after each 'before' (default: the run's baseline)")
+    parser.add_argument("--others", help="the other contenders' ids, comma-separated (default: the run's selected)")
+    args = parser.parse_args()
+    report = RunReport.model_validate_json((args.run_dir / "report.json").read_text())
+    subject = args.subject or report.baseline_id
+    if subject is None:
+        raise SystemExit(f"{args.run_dir}: the report names no baseline; pass --subject")
+    ids = contenders(report, subject, args.others)
+    requests = tuning_inputs(args.run_dir)
+    tool = find_perf_analyzer(required=True)
+    assert tool is not None
+    load = LoadProfile(concurrency=1)
+    results: dict[tuple[str, str], list[WindowResult]] = {}
+    root = Path(tempfile.mkdtemp(prefix="switch-tail-"))
+    with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+        names: dict[str, str] = {}
+        for cid in ids:
+            cand = report.candidate(cid)
+            if cand.artifact is None:
+                raise SystemExit(f"{args.run_dir}: candidate {cid} has no built artifact to serve")
+            backend = cand.deploy.backend if cand.deploy is not None else "python"
+            deployed = write_model(root / "repo", f"m_{cid}", report.model, report.shapes, cand.artifact, cand.serving,
+                                   backend)
+            server.load(root / "repo" / deployed.model_name)
+            names[cid] = deployed.model_name
+        clients: dict[str, LoadClient] = {"builtin": BuiltinClient(),
+                                          "perf_analyzer": PerfAnalyzerClient(tool, "grpc", server.http_url)}
+
+        def window(client: str, cid: str, seed: int) -> WindowResult:
+            sample = clients[client].window(server.grpc_url, names[cid], requests, load, WINDOW_S, MIN_REQUESTS,
+                                            metrics_url=server.metrics_url, seed=seed, payload_start=seed * 131,
+                                            settle_s=SETTLE_S if client == "builtin" else 0.0)
+            return sample.result
+
+        def before_window(client: str, before: str, seed: int) -> None:
+            if before == "idle":
+                time.sleep(args.idle_s)
+            for cid in ids[:-1] if before == "others" else [subject] if before == "self" else []:
+                window(client, cid, seed)
+
+        for client, cid in itertools.product(CLIENTS, ids):  # every model warm under both clients first
+            window(client, cid, 0)
+        conditions = list(itertools.product(CLIENTS, BEFORE))
+        for r in range(args.rounds):
+            k = r % len(conditions)
+            for client, before in conditions[k:] + conditions[:k]:
+                before_window(client, before, r)
+                results.setdefault((client, before), []).append(window(client, subject, r))
+            print(f"round {r + 1} of {args.rounds}", flush=True)
+    print(f"\nsubject {subject} after: others {', '.join(ids[:-1])}; self; idle {args.idle_s:g} s; {args.rounds} rounds")
+
+    def ratio(top: list[WindowResult], bottom: list[WindowResult], stat: str) -> str:
+        found = log_ratio_interval(round_log_ratios([getattr(w, stat) for w in top], [getattr(w, stat) for w in bottom]))
+        return f"{found.value:.3f} [{found.low:.3f}, {found.high:.3f}]"
+
+    for before in BEFORE:
+        b, pa = results[("builtin", before)], results[("perf_analyzer", before)]
+        print(f"after {before:6s}: built-in / perf_analyzer window p99 {ratio(b, pa, 'p99_ms')}, p50 {ratio(b, pa, 'p50_ms')}; "
+              f"median window p99 {np.median([w.p99_ms for w in b]):.3f} / {np.median([w.p99_ms for w in pa]):.3f} ms")
+    for client in CLIENTS:
+        own = results[(client, "self")]
+        print(f"{client}: p99 after others / after self {ratio(results[(client, 'others')], own, 'p99_ms')}, "
+              f"after idle / after self {ratio(results[(client, 'idle')], own, 'p99_ms')}")
+
+
+if __name__ == "__main__":
+    main()
