@@ -5,14 +5,15 @@ follows that client's windows on the other contenders. On conv_attention, whose 
 defaults) spins its threads, the built-in client's p99 gain over that baseline read 1.08-1.26x
 perf_analyzer's in every cross-checked tune. Here one embedded Triton serves a run's re-measure
 contenders, and each round measures the baseline (``--subject``) with both clients, each window after one
-of three things done by the same client: a window on each other contender (as in the re-measure), a
-window on the subject itself (as if it were served on its own), or an idle gap (``--idle-s``). The six
+of four things done by the same client: a window on each other contender (as in the re-measure), a
+window on the subject itself (as if it were served on its own), an idle gap (``--idle-s``), or the other
+contenders' windows and then a short uncounted window on the subject (``--warm-s``: a warm-up). The eight
 (client, before) conditions run in an order that rotates every round. Printed, paired by round
 (geometric mean, t interval: gpt_triton.measure.paired.log_ratio_interval): built-in over perf_analyzer
 window p99 and p50 under each "before", and each client's p99 after the others and after idle over its
 p99 after itself.
 
-    .venv/bin/python benchmarks/switch_tail.py --run-dir RUN [--rounds 24] [--idle-s 3] [--subject ID]
+    .venv/bin/python benchmarks/switch_tail.py --run-dir RUN [--rounds 24] [--idle-s 3] [--warm-s 0.25] [--subject ID]
 
 RUN is a tune's run directory: its report names the contenders (``--others`` overrides: the candidate ids
 of the other contenders, comma-separated) and its calibration.npz holds the tuning split's inputs, the
@@ -39,7 +40,7 @@ from gpt_triton.server import EmbeddedTriton
 
 WINDOW_S, MIN_REQUESTS, SETTLE_S = 0.75, 500, 0.05  # examples/demo.yaml's windows, the built-in client's settle
 CLIENTS = ("builtin", "perf_analyzer")
-BEFORE = ("others", "self", "idle")
+BEFORE = ("others", "self", "idle", "others+warm")
 
 
 def tuning_inputs(run_dir: Path) -> list[dict[str, np.ndarray]]:
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--idle-s", type=float, default=3.0)
+    parser.add_argument("--warm-s", type=float, default=0.25)
     parser.add_argument("--subject", help="the candidate measured after each 'before' (default: the run's baseline)")
     parser.add_argument("--others", help="the other contenders' ids, comma-separated (default: the run's selected)")
     args = parser.parse_args()
@@ -92,8 +94,8 @@ def main() -> None:
         clients: dict[str, LoadClient] = {"builtin": BuiltinClient(),
                                           "perf_analyzer": PerfAnalyzerClient(tool, "grpc", server.http_url)}
 
-        def window(client: str, cid: str, seed: int) -> WindowResult:
-            sample = clients[client].window(server.grpc_url, names[cid], requests, load, WINDOW_S, MIN_REQUESTS,
+        def window(client: str, cid: str, seed: int, length_s: float = WINDOW_S, least: int = MIN_REQUESTS) -> WindowResult:
+            sample = clients[client].window(server.grpc_url, names[cid], requests, load, length_s, least,
                                             metrics_url=server.metrics_url, seed=seed, payload_start=seed * 131,
                                             settle_s=SETTLE_S if client == "builtin" else 0.0)
             return sample.result
@@ -101,8 +103,10 @@ def main() -> None:
         def before_window(client: str, before: str, seed: int) -> None:
             if before == "idle":
                 time.sleep(args.idle_s)
-            for cid in ids[:-1] if before == "others" else [subject] if before == "self" else []:
+            for cid in ids[:-1] if before.startswith("others") else [subject] if before == "self" else []:
                 window(client, cid, seed)
+            if before == "others+warm":
+                window(client, subject, seed, args.warm_s, 0)
 
         for client, cid in itertools.product(CLIENTS, ids):  # every model warm under both clients first
             window(client, cid, 0)
@@ -113,7 +117,8 @@ def main() -> None:
                 before_window(client, before, r)
                 results.setdefault((client, before), []).append(window(client, subject, r))
             print(f"round {r + 1} of {args.rounds}", flush=True)
-    print(f"\nsubject {subject} after: others {', '.join(ids[:-1])}; self; idle {args.idle_s:g} s; {args.rounds} rounds")
+    print(f"\nsubject {subject} after: others {', '.join(ids[:-1])}; self; idle {args.idle_s:g} s; others and a "
+          f"{args.warm_s:g} s warm-up on the subject; {args.rounds} rounds")
 
     def ratio(top: list[WindowResult], bottom: list[WindowResult], stat: str) -> str:
         found = log_ratio_interval(round_log_ratios([getattr(w, stat) for w in top], [getattr(w, stat) for w in bottom]))
@@ -121,12 +126,13 @@ def main() -> None:
 
     for before in BEFORE:
         b, pa = results[("builtin", before)], results[("perf_analyzer", before)]
-        print(f"after {before:6s}: built-in / perf_analyzer window p99 {ratio(b, pa, 'p99_ms')}, p50 {ratio(b, pa, 'p50_ms')}; "
+        print(f"after {before:11s}: built-in / perf_analyzer window p99 {ratio(b, pa, 'p99_ms')}, p50 {ratio(b, pa, 'p50_ms')}; "
               f"median window p99 {np.median([w.p99_ms for w in b]):.3f} / {np.median([w.p99_ms for w in pa]):.3f} ms")
     for client in CLIENTS:
         own = results[(client, "self")]
-        print(f"{client}: p99 after others / after self {ratio(results[(client, 'others')], own, 'p99_ms')}, "
-              f"after idle / after self {ratio(results[(client, 'idle')], own, 'p99_ms')}")
+        print(f"{client}: p99 over its p99 after self: after others {ratio(results[(client, 'others')], own, 'p99_ms')}, "
+              f"after idle {ratio(results[(client, 'idle')], own, 'p99_ms')}, "
+              f"after others and a warm-up {ratio(results[(client, 'others+warm')], own, 'p99_ms')}")
 
 
 if __name__ == "__main__":
