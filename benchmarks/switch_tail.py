@@ -74,13 +74,16 @@ def main() -> None:
     if subject is None:
         raise SystemExit(f"{args.run_dir}: the report names no baseline; pass --subject")
     ids = contenders(report, subject, args.others)
+    if len(ids) < 2:
+        raise SystemExit(f"{args.run_dir}: no other contender to measure before {subject}; pass --others")
     requests = tuning_inputs(args.run_dir)
     tool = find_perf_analyzer(required=True)
     assert tool is not None
     load = LoadProfile(concurrency=1)
     results: dict[tuple[str, str], list[WindowResult]] = {}
-    root = Path(tempfile.mkdtemp(prefix="switch-tail-"))
-    with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+    with tempfile.TemporaryDirectory(prefix="switch-tail-") as tmp, \
+            EmbeddedTriton(repository=Path(tmp) / "repo", workdir=Path(tmp) / "work") as server:
+        root = Path(tmp)
         names: dict[str, str] = {}
         for cid in ids:
             cand = report.candidate(cid)
