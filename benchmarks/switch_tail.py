@@ -32,23 +32,17 @@ import numpy as np
 
 from gpt_triton.core.measurements import LoadProfile, WindowResult
 from gpt_triton.core.records import RunReport
+from gpt_triton.core.routes import BuildContext
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios
 from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
+from gpt_triton.routes._common import iter_calibration
 from gpt_triton.server import EmbeddedTriton
 
 WINDOW_S, MIN_REQUESTS, SETTLE_S = 0.75, 500, 0.05  # examples/demo.yaml's windows, the built-in client's settle
 CLIENTS = ("builtin", "perf_analyzer")
 BEFORE = ("others", "self", "idle", "others+warm")
-
-
-def tuning_inputs(run_dir: Path) -> list[dict[str, np.ndarray]]:
-    """The run's tuning split (calibration.npz stacks its requests along the batch axis), one request each."""
-    with np.load(run_dir / "calibration.npz") as stacked:
-        arrays = {name: stacked[name] for name in stacked.files}
-    count = min(len(a) for a in arrays.values())
-    return [{name: a[i:i + 1] for name, a in arrays.items()} for i in range(count)]
 
 
 def contenders(report: RunReport, subject: str, others: str | None) -> list[str]:
@@ -76,7 +70,9 @@ def main() -> None:
     ids = contenders(report, subject, args.others)
     if len(ids) < 2:
         raise SystemExit(f"{args.run_dir}: no other contender to measure before {subject}; pass --others")
-    requests = tuning_inputs(args.run_dir)
+    # The run's tuning split, one request each, as the int8 builds read it.
+    context = BuildContext(model=report.model, shapes=report.shapes, calibration_npz=str(args.run_dir / "calibration.npz"))
+    requests = list(iter_calibration(context, limit=1 << 30))
     tool = find_perf_analyzer(required=True)
     assert tool is not None
     load = LoadProfile(concurrency=1)
@@ -100,13 +96,15 @@ def main() -> None:
         def window(client: str, cid: str, seed: int, length_s: float = WINDOW_S, least: int = MIN_REQUESTS) -> WindowResult:
             sample = clients[client].window(server.grpc_url, names[cid], requests, load, length_s, least,
                                             metrics_url=server.metrics_url, seed=seed, payload_start=seed * 131,
-                                            settle_s=SETTLE_S if client == "builtin" else 0.0)
+                                            settle_s=SETTLE_S)  # perf_analyzer's process start is its settle
             return sample.result
+
+        windows_before = {"others": ids[:-1], "self": [subject], "idle": [], "others+warm": ids[:-1]}
 
         def before_window(client: str, before: str, seed: int) -> None:
             if before == "idle":
                 time.sleep(args.idle_s)
-            for cid in ids[:-1] if before.startswith("others") else [subject] if before == "self" else []:
+            for cid in windows_before[before]:
                 window(client, cid, seed)
             if before == "others+warm":
                 window(client, subject, seed, args.warm_s, 0)
