@@ -44,11 +44,12 @@ def pair_and_remeasure_in_turns(run: Run, design: Sequence[Candidate], pair: tup
     each_server = remeasure_spec(run.spec.measure)
     stages = [("finalists-pair", "_p"), *(remeasure_stage(i) for i in range(servers))]
     holders = [list(design), *([fresh_copy(c) for c in design] for _ in range(servers))]
-    # The other client's rounds come right after the re-measure's first server's, on that server.
+    # The other client's rounds share the re-measure's first server; the two trade places every other
+    # cycle, so that each client's rounds follow the pair server's as often as the other client's.
     order = [label for label, _ in stages]
     if (checking := cross_check_spec(run.spec.measure)) is not None:
         order.insert(2, CROSS_CHECK_STAGE)
-    relay = Relay(order)
+    relay = Relay(order, alternate=(order[1], CROSS_CHECK_STAGE) if checking is not None else None)
     lines: list[list[str]] = [[] for _ in stages]
     with contextlib.ExitStack() as stack:
         served = [stack.enter_context(serve(run, held, label, suffix)) for (label, suffix), held in zip(stages, holders, strict=True)]
@@ -253,7 +254,9 @@ def _remeasure_one_after_another(run: Run, contenders: Sequence[Candidate], pair
                 later = (servers - 1 - index) * run.budget.remeasure_server_s()
                 deadline = run.budget.deadline(1.0 / (servers - index), keep_s=run.budget.heldout_s() + later)
                 checking = cross_check_spec(run.spec.measure) if index == 0 else None
-                relay = Relay([label, CROSS_CHECK_STAGE]) if checking is not None else None
+                # Each client's rounds follow its own and the other's as often (relay.py).
+                relay = Relay([label, CROSS_CHECK_STAGE], alternate=(label, CROSS_CHECK_STAGE)) \
+                    if checking is not None else None
                 # Fresh seeds per server (the first keeps the single re-measure's), so their windows are independent.
                 judge = measurer(run, server, advance, label, stage, seed=1_013 * index,
                                  at_round=functools.partial(relay.turn, label) if relay else None)

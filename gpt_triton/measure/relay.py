@@ -9,6 +9,12 @@ by what the machine did in between, not by how either was measured. In turns, ea
 right after the other's: both see the same spells of the machine, and each keeps its own server, seeds
 and windows (neither run selects anything from the other's).
 
+Two stages that compare clients on one server (the re-measure and the cross-check) swap places every other
+cycle (``alternate``): in a fixed order the cross-check's rounds always came right after the re-measure's on
+the same server while the re-measure's came after the pair server's, so each client's windows followed a
+different kind of traffic, and on conv_attention a spinning baseline's window read slower right after other
+models' windows (benchmarks/switch_tail.py). Swapped every other cycle, each follows each kind as often.
+
 Only one stage measures at any moment: a stage's round is never crowded by the other's. Each stage runs
 in its own thread (the servers stay with the caller's thread, so that a server's parent-death signal
 follows the run, not a worker); :class:`Relay` hands the turn on at each round's start.
@@ -33,15 +39,24 @@ class Relay:
     """Turns among named stages: a stage's :meth:`turn` at the start of each of its rounds passes the
     turn to the next stage still running and waits until it comes back; the first call only takes it.
     A stage that ends (:meth:`leave`) drops out of the turns; one that fails (:meth:`fail`) ends them
-    all: the others' next :meth:`turn` raises :class:`RelayAborted`."""
+    all: the others' next :meth:`turn` raises :class:`RelayAborted`. With ``alternate`` = (x, y), two of
+    the stages, the two trade places in every second cycle of turns (a cycle: each running stage once)."""
 
-    def __init__(self, stages: Sequence[str]) -> None:
+    def __init__(self, stages: Sequence[str], alternate: tuple[str, str] | None = None) -> None:
         if len(set(stages)) != len(stages) or not stages:
             raise ValueError(f"a relay needs distinct stage names, got {list(stages)}")
-        self._order = list(stages)
+        self._orders = [list(stages)]
+        if alternate is not None:
+            if len(set(alternate)) != 2 or not set(alternate) <= set(stages):
+                raise ValueError(f"alternate names two distinct stages of {list(stages)}, got {list(alternate)}")
+            x, y = (stages.index(name) for name in alternate)
+            swapped = list(stages)
+            swapped[x], swapped[y] = swapped[y], swapped[x]
+            self._orders.append(swapped)
+        self._cycle = 0
         self._running = set(stages)
         self._started: set[str] = set()
-        self._holder = self._order[0]
+        self._holder = self._orders[0][0]
         self._failed: str | None = None
         self._cond = threading.Condition()
         self.turns: list[str] = []  # who took each turn, in order (what the stages' windows interleave by)
@@ -84,14 +99,15 @@ class Relay:
             raise ValueError(f"stage {stage!r} is not in the relay's turns (running: {sorted(self._running)})")
 
     def _pass_on(self, stage: str) -> None:
-        """The next running stage after ``stage`` in the relay's order holds the turn (``stage`` again when
-        it is the only one left)."""
-        start = self._order.index(stage)
-        for step in range(1, len(self._order) + 1):
-            nxt = self._order[(start + step) % len(self._order)]
-            if nxt in self._running:
-                self._holder = nxt
-                break
+        """The next running stage after ``stage`` in this cycle's order holds the turn; past the cycle's
+        last, the first running one in the next cycle's order (``stage`` again when it is the only one left)."""
+        order = self._orders[self._cycle % len(self._orders)]
+        later = [name for name in order[order.index(stage) + 1:] if name in self._running]
+        if not later:
+            self._cycle += 1
+            later = [name for name in self._orders[self._cycle % len(self._orders)] if name in self._running]
+        if later:
+            self._holder = later[0]
         self._cond.notify_all()
 
     def _wait_for(self, stage: str) -> None:

@@ -43,6 +43,32 @@ def test_stages_alternate_a_round_each_and_one_that_ends_drops_out() -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("relay-")]
 
 
+def test_two_alternated_stages_trade_places_every_other_cycle_and_follow_each_kind_as_often() -> None:
+    """The cross-check's design (remeasure_step.py): the pair's stage first, the two clients' stages on one
+    server swapping places every other cycle, so that each client's rounds come after the pair's as often
+    as after the other client's; a stage that ends drops out of both orders."""
+    relay = Relay(["pair", "mine", "other"], alternate=("mine", "other"))
+    seen: list[tuple[str, int]] = []
+    busy: list[int] = []
+    in_turns(relay, {"pair": rounds(relay, "pair", 2, seen, busy), "mine": rounds(relay, "mine", 4, seen, busy),
+                     "other": rounds(relay, "other", 5, seen, busy)})
+    assert relay.turns == ["pair", "mine", "other", "pair", "other", "mine", "mine", "other", "other", "mine", "other"]
+    after = [(a, b) for a, b in zip(relay.turns[:-1], relay.turns[1:], strict=True) if b != "pair"][:4]
+    assert [a for a, b in after if b == "mine"] == ["pair", "other"]
+    assert [a for a, b in after if b == "other"] == ["mine", "pair"]
+
+
+def test_two_stages_alone_alternate_who_goes_first() -> None:
+    relay = Relay(["mine", "other"], alternate=("mine", "other"))
+    seen: list[tuple[str, int]] = []
+    in_turns(relay, {"mine": rounds(relay, "mine", 3, seen, []), "other": rounds(relay, "other", 3, seen, [])})
+    assert relay.turns == ["mine", "other", "other", "mine", "mine", "other"]
+    with pytest.raises(ValueError, match="two distinct stages"):
+        Relay(["a", "b"], alternate=("a", "z"))
+    with pytest.raises(ValueError, match="two distinct stages"):
+        Relay(["a", "b"], alternate=("a", "a"))
+
+
 def test_a_failure_stops_the_other_stages_at_their_next_turn_and_is_raised() -> None:
     relay = Relay(["a", "b"])
     seen: list[tuple[str, int]] = []

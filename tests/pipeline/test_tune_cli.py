@@ -246,12 +246,18 @@ def _assert_cross_checked(out: Path, report: dict[str, Any], rows: list[dict[str
     for r in rows:
         if r["stage"] in ("finalists-pair", "remeasure", "cross-check") and (not turns or turns[-1] != (r["stage"], int(r["round"]))):
             turns.append((r["stage"], int(r["round"])))
-    # Its first round comes right after the re-measure's burn-in (it has none of its own), each next one right
-    # after a re-measure round, while the re-measure goes on.
+    # Its first round comes right after the re-measure's burn-in (it has none of its own); then the two trade
+    # places every other cycle (relay.py), so that while both go on each client's rounds follow two kinds of
+    # round (the pair server's and the other client's in turns with the finalist pair; its own and the
+    # other's on their own) about as often.
     last = max(i for i, (stage, _) in enumerate(turns) if stage == "remeasure")
     own = [i for i, (stage, _) in enumerate(turns) if stage == "cross-check"]
     assert own and own[0] == 0, turns
-    assert all(turns[i - 1][0] == "remeasure" for i in own[1:] if i <= last + 1), turns
+    for stage in ("cross-check", "remeasure"):
+        before = [turns[i - 1][0] for i, (s, _) in enumerate(turns) if s == stage and 0 < i <= last]
+        kinds = sorted(set(before))
+        assert len(kinds) == 2, turns
+        assert abs(before.count(kinds[0]) - before.count(kinds[1])) <= 2, turns
     lines = [d for d in report["decisions"] if d.startswith("cross-check: perf_analyzer on the re-measure's server, in turns with it")]
     assert len(lines) == 1 and f"{check['ratio']['value']:.3f}" in lines[0], report["decisions"]
     assert dict(verdict_lines(RunReport.model_validate(report)))["cross-check"] == lines[0].removeprefix("cross-check: ")
@@ -533,7 +539,8 @@ def test_a_cross_check_takes_turns_with_a_re_measure_on_its_own_and_a_broken_cli
     assert {s for s, k in stages[:first_counted]} == {"remeasure"}  # the re-measure's burn-in, before either's rounds
     assert stages[first_counted][0] == "cross-check"
     blocks = [s for i, (s, _) in enumerate(stages) if i >= first_counted and (i == first_counted or stages[i - 1] != stages[i])]
-    assert blocks[:4] == ["cross-check", "remeasure", "cross-check", "remeasure"], blocks
+    # The two trade places every other cycle (the re-measure's burn-in was the first cycle's first turn).
+    assert blocks[:6] == ["cross-check", "cross-check", "remeasure", "remeasure", "cross-check", "cross-check"], blocks
     assert any(d.startswith("cross-check: perf_analyzer on the re-measure's server, in turns with it") for d in decided)
 
 
