@@ -10,7 +10,12 @@ its gain):
 * both clients' gains for the objective's statistic (p99) and for the p50, and the ratio of the two
   (tuner / perf_analyzer) with its interval from both widths (:func:`agreement_interval`) and its z;
 * each client's median request per side (the client's own cost);
-* the report's own cross-check line, when the run wrote one, as a check that the two readings agree.
+* the report's own cross-check line, when the run wrote one, as a check that the two readings agree;
+* each client's baseline window p99 by what its round came right after (the stage of the window before
+  the round's first, burn-ins included): since the two clients trade places every other cycle
+  (gpt_triton/measure/relay.py, 2026-12-07), each follows two kinds of round, and the ratio of the two
+  shows whether what ran just before moves a client's baseline (benchmarks/switch_tail.py's question,
+  asked of the tune itself).
 
 Then, over the runs: how many are within 5% by the point, and the agreement pooled over them (a
 random-effects mean on the log scale, :func:`between_servers`, with Cochran's Q: do the runs differ
@@ -41,6 +46,27 @@ def round_values(rows: list[dict[str, str]], stage: str, cid: str, column: str) 
     """``column`` of ``cid``'s counted windows in ``stage``, in round order."""
     picked = sorted((int(r["round"]), float(r[column])) for r in rows if r["stage"] == stage and r["candidate"] == cid)
     return [value for _, value in picked]
+
+
+def after_what(every: list[dict[str, str]], stage: str) -> dict[int, str]:
+    """Each counted round of ``stage``: the stage whose window ran right before the round's first window
+    (``every``: windows.csv's rows in the order run, burn-in rows included)."""
+    before: dict[int, str] = {}
+    for previous, row in zip(every[:-1], every[1:], strict=True):
+        if row["stage"] == stage and row["round"] != "0" and int(row["round"]) not in before:
+            before[int(row["round"])] = previous["stage"]  # its own stage: right after its previous round
+    return before
+
+
+def baseline_by_predecessor(every: list[dict[str, str]], stage: str, baseline: str) -> dict[str, list[float]]:
+    """``baseline``'s window p99 in ``stage``'s rounds, grouped by :func:`after_what` (the other client's
+    rounds, the pair server's, or its own)."""
+    before = after_what(every, stage)
+    groups: dict[str, list[float]] = {}
+    for row in every:
+        if row["stage"] == stage and row["candidate"] == baseline and row["round"] != "0":
+            groups.setdefault(before.get(int(row["round"]), "?"), []).append(float(row["p99_ms"]))
+    return groups
 
 
 def gains(rows: list[dict[str, str]], ids: tuple[str, str], column: str) -> dict[str, Interval] | None:
@@ -84,6 +110,13 @@ def main() -> None:
             medians = [float(np.median(round_values(rows, stage, cid, "p50_ms"))) for stage in STAGES]
             print(f"  {side} median window p50: tuner {medians[0]:.3f} ms, perf_analyzer {medians[1]:.3f} ms "
                   f"({medians[0] / medians[1]:.3f})")
+        every = read_windows(run_dir / WINDOWS_FILE, burn_in=True)
+        for stage in STAGES:
+            groups = baseline_by_predecessor(every, stage, ids[0])
+            if groups:
+                words = ", ".join(f"after {kind} {float(np.exp(np.mean(np.log(v)))):.3f} ms ({len(v)})"
+                                  for kind, v in sorted(groups.items()))
+                print(f"  {stage}: baseline window p99 (geometric mean, windows) by the round before: {words}")
         if (check := gain.get("cross_check")) is not None:
             print(f"  the run's own line: agreement {check['agreement']['value']:.3f} "
                   f"[{check['agreement']['low']:.3f}, {check['agreement']['high']:.3f}]")
