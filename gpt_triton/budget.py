@@ -110,6 +110,8 @@ class TimeBudget:
         m = self.spec.measure
         if m.cross_check == "none":
             return 0.0
+        if m.cross_check_window_s is not None:  # the pair alone, remeasure_windows rounds of its own windows
+            return 2 * (m.warmup_s + m.remeasure_windows * (m.cross_check_window_s + m.settle_s))
         return REMEASURE_CANDIDATES * (m.warmup_s + m.remeasure_windows * self.window_s(more))
 
     def remeasure_s(self, more: Sequence[float] = ()) -> float:

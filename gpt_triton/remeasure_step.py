@@ -94,10 +94,20 @@ CROSS_CHECK_STAGE = "cross-check"  # the other client's stage: its windows.csv r
 def cross_check_spec(spec: MeasureSpec) -> MeasureSpec | None:
     """The other client's stage (``measure.cross_check``), or None when not asked: the re-measure's first
     server's design and stop rule, its load client swapped, and no burn-in of its own (it measures on the
-    re-measure's server, after that server's burn-in)."""
+    re-measure's server, after that server's burn-in); with ``measure.cross_check_window_s``, windows that
+    long and no extension past ``remeasure_windows`` rounds."""
     if spec.cross_check == "none":
         return None
-    return remeasure_spec(spec).model_copy(update={"client": spec.cross_check, "cross_check": "none", "burn_in_s": 0.0})
+    update: dict[str, object] = {"client": spec.cross_check, "cross_check": "none", "burn_in_s": 0.0}
+    if spec.cross_check_window_s is not None:  # the pair's remeasure_windows rounds of these windows, no extension
+        update.update(window_s=spec.cross_check_window_s, gain_precision=0.0)
+    return remeasure_spec(spec).model_copy(update=update)
+
+
+def cross_checked_candidates(spec: MeasureSpec, held: Sequence[Candidate], pair: tuple[str, str]) -> list[Candidate]:
+    """What the other client measures: the re-measure's models, or with ``measure.cross_check_window_s`` its
+    pair alone (the two whose gain it checks; long windows on a third would double its time)."""
+    return [c for c in held if spec.cross_check_window_s is None or c.id in pair]
 
 
 def cross_check_work(run: Run, spec: MeasureSpec, server: TritonServer, held: Sequence[Candidate], pair: tuple[str, str],
@@ -113,7 +123,7 @@ def cross_check_work(run: Run, spec: MeasureSpec, server: TritonServer, held: Se
     def work() -> CrossChecked:
         notes: list[str] = []
         try:
-            results = judge.remeasure(held, pair, notes, deadline)
+            results = judge.remeasure(cross_checked_candidates(run.spec.measure, held, pair), pair, notes, deadline)
         except ServerDiedError:
             raise  # the re-measure's server: the stage is the run's failure, not the client's
         except GptTritonError as exc:

@@ -103,6 +103,11 @@ def test_the_later_stages_are_planned_from_the_costs_observed() -> None:
                          window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
     assert checked.cross_check_s() == pytest.approx(3 * (1 + 8 * 13)) and budget.cross_check_s() == 0.0
     assert checked.remeasure_s() == pytest.approx(budget.remeasure_s() + 3 * (1 + 8 * 13))
+    # With its own windows (measure.cross_check_window_s) the other client measures the pair alone, 8 rounds of them.
+    long = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(
+        update={"cross_check": "perf_analyzer", "cross_check_window_s": 5.0})}),
+        window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])
+    assert long.cross_check_s() == pytest.approx(2 * (1 + 8 * (5.0 + spec.measure.settle_s)))
     # Without a burn-in the steps cost only their windows.
     cold = TimeBudget(spec.model_copy(update={"measure": spec.measure.model_copy(update={"burn_in_s": 0.0})}),
                       window_seconds=[13.0], server_start_seconds=[10.0], load_seconds=[2.0])

@@ -498,7 +498,7 @@ def test_interrupt_stops_the_embedded_server_and_promotes_nothing(tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.skipif(find_perf_analyzer() is None, reason="perf_analyzer is not installed here: `make perf-analyzer`")
-@pytest.mark.parametrize("client", ["works", "breaks"])
+@pytest.mark.parametrize("client", ["works", "breaks", "own_windows"])
 def test_a_cross_check_takes_turns_with_a_re_measure_on_its_own_and_a_broken_client_ends_it_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str) -> None:
     """measure.remeasure_in_turns off (and no finalist stage): perf_analyzer's rounds take turns with the
@@ -520,6 +520,8 @@ def test_a_cross_check_takes_turns_with_a_re_measure_on_its_own_and_a_broken_cli
     # No finalist stage: its 4-window pair (p99s of 200 requests, +/-231% in one run on 2026-12-07) put the
     # baseline ahead in several runs here, and the path under test is the re-measure's on its own.
     spec["measure"].update(remeasure_in_turns=False, cross_check="perf_analyzer", max_windows=6, finalists=0)
+    if client == "own_windows":  # windows of its own, twice the re-measure's: the pair alone, no extension
+        spec["measure"]["cross_check_window_s"] = 0.8
     out = tmp_path / "run"
     assert main(["tune", str(model), "--spec", str(_write_spec(tmp_path, spec)), "--out", str(out), "--no-promote"]) == 0
     report = json.loads((out / "report.json").read_text())
@@ -535,6 +537,15 @@ def test_a_cross_check_takes_turns_with_a_re_measure_on_its_own_and_a_broken_cli
         assert "perf_analyzer failed on" in decided[0] and "injected" in decided[0]
         return
     assert report["gain"]["cross_check"]["client"] == "perf_analyzer"
+    if client == "own_windows":
+        checked = [r for r in every if r["stage"] == "cross-check"]
+        pair = {report["baseline_id"], report["selected_id"]}
+        assert {r["candidate"] for r in checked} == pair <= {r["candidate"] for r in every if r["stage"] == "remeasure"}
+        assert all(sum(r["candidate"] == cid for r in checked) == spec["measure"]["remeasure_windows"] for cid in pair)
+        # Each window one perf_analyzer run of three 0.27 s time windows, its first request left out.
+        assert min(float(r["duration_s"]) for r in checked) > 0.6 > max(
+            float(r["duration_s"]) for r in every if r["stage"] == "remeasure" and r["round"] != "0")
+        return
     first_counted = next(i for i, (s, k) in enumerate(stages) if k != "0")
     assert {s for s, k in stages[:first_counted]} == {"remeasure"}  # the re-measure's burn-in, before either's rounds
     assert stages[first_counted][0] == "cross-check"
