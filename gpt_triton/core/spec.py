@@ -80,7 +80,7 @@ class MeasureSpec(_Strict):
     cross_check: Literal["none", "builtin", "perf_analyzer"] = "none"
     # The other client's windows, when not the re-measure's (window_s). perf_analyzer as users run it measures
     # 5 s intervals (its -p default); on conv_attention the two clients' p99 gains differed one way at 0.75 s
-    # windows (the built-in's 1.17x perf_analyzer's in ten tunes) and the other way at 5 s (0.90x in five
+    # windows (the built-in's 1.17x perf_analyzer's over nine tunes) and the other way at 5 s (0.90x in five
     # runs; docs/measurement.md, "The window's length turns it around"). Set, the cross-check measures the
     # re-measure's pair alone (baseline and winner), remeasure_windows rounds of windows this long, with no
     # extension: about 2 x remeasure_windows of them. None: the re-measure's design and windows.

@@ -11,9 +11,11 @@ and windows (neither run selects anything from the other's).
 
 Two stages that compare clients on one server (the re-measure and the cross-check) swap places every other
 cycle (``alternate``): in a fixed order the cross-check's rounds always came right after the re-measure's on
-the same server while the re-measure's came after the pair server's, so each client's windows followed a
-different kind of traffic, and on conv_attention a spinning baseline's window read slower right after other
-models' windows (benchmarks/switch_tail.py). Swapped every other cycle, each follows each kind as often.
+the same server while the re-measure's came after the pair server's, so the two clients' windows followed
+different traffic (a spinning baseline's window can read slower right after other models' windows:
+benchmarks/switch_tail.py). Swapped every other cycle, each follows each kind about as often, and
+benchmarks/cross_check_runs.py splits each client's windows by the round before. (The first such tune
+showed the clients' p99 gains as far apart as before: the order was not why they differ.)
 
 Only one stage measures at any moment: a stage's round is never crowded by the other's. Each stage runs
 in its own thread (the servers stay with the caller's thread, so that a server's parent-death signal

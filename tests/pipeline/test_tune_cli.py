@@ -229,8 +229,8 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path) -> None:
 
 
 def _assert_cross_checked(out: Path, report: dict[str, Any], rows: list[dict[str, str]]) -> None:
-    """perf_analyzer measured the re-measure's models on the re-measure's server, its round k right after the
-    re-measure's round k; its gain stands beside the tuner's in the log, report.md's verdicts and the summary."""
+    """perf_analyzer measured the re-measure's models on the re-measure's server, in turns with its rounds; its
+    gain stands beside the tuner's in the log, report.md's verdicts and the summary."""
     check = report["gain"]["cross_check"]
     assert check["client"] == "perf_analyzer" and check["version"].startswith("Perf Analyzer Version")
     assert check["tuner_client"] == "builtin"
