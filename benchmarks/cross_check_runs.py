@@ -13,8 +13,8 @@ its gain):
 * the report's own cross-check line, when the run wrote one, as a check that the two readings agree;
 * each client's baseline window p99 by what its round came right after (the stage of the window before
   the round's first, burn-ins included): since the two clients trade places every other cycle
-  (gpt_triton/measure/relay.py, 2026-12-07), each follows two kinds of round, and the ratio of the two
-  shows whether what ran just before moves a client's baseline (benchmarks/switch_tail.py's question,
+  (gpt_triton/measure/relay.py, 2026-12-07), each follows two kinds of round, and the two figures side by side
+  show whether what ran just before moves a client's baseline (benchmarks/switch_tail.py's question,
   asked of the tune itself).
 
 Then, over the runs: how many are within 5% by the point, and the agreement pooled over them (a
