@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -542,9 +543,11 @@ def test_a_cross_check_takes_turns_with_a_re_measure_on_its_own_and_a_broken_cli
         pair = {report["baseline_id"], report["selected_id"]}
         assert {r["candidate"] for r in checked} == pair <= {r["candidate"] for r in every if r["stage"] == "remeasure"}
         assert all(sum(r["candidate"] == cid for r in checked) == spec["measure"]["remeasure_windows"] for cid in pair)
-        # Each window one perf_analyzer run of three 0.27 s time windows, its first request left out.
-        assert min(float(r["duration_s"]) for r in checked) > 0.6 > max(
-            float(r["duration_s"]) for r in every if r["stage"] == "remeasure" and r["round"] != "0")
+        # Each window one perf_analyzer run of three 0.27 s time windows, its first request left out; the
+        # re-measure's are 0.4 s (longer only when a slow machine needs the time for their 200 requests).
+        remeasured = [float(r["duration_s"]) for r in every if r["stage"] == "remeasure" and r["round"] != "0"]
+        assert min(float(r["duration_s"]) for r in checked) > 0.6
+        assert statistics.median(float(r["duration_s"]) for r in checked) > 1.5 * statistics.median(remeasured)
         return
     first_counted = next(i for i, (s, k) in enumerate(stages) if k != "0")
     assert {s for s, k in stages[:first_counted]} == {"remeasure"}  # the re-measure's burn-in, before either's rounds
