@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import gmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval  # noqa: E402
@@ -114,7 +115,7 @@ def main() -> None:
         for stage in STAGES:
             groups = baseline_by_predecessor(every, stage, ids[0])
             if groups:
-                words = ", ".join(f"after {kind} {float(np.exp(np.mean(np.log(v)))):.3f} ms ({len(v)})"
+                words = ", ".join(f"after {kind} {float(gmean(v)):.3f} ms ({len(v)})"
                                   for kind, v in sorted(groups.items()))
                 print(f"  {stage}: baseline window p99 (geometric mean, windows) by the round before: {words}")
         if (check := gain.get("cross_check")) is not None:

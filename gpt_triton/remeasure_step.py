@@ -123,7 +123,7 @@ def cross_check_work(run: Run, spec: MeasureSpec, server: TritonServer, held: Se
     def work() -> CrossChecked:
         notes: list[str] = []
         try:
-            results = judge.remeasure(cross_checked_candidates(run.spec.measure, held, pair), pair, notes, deadline)
+            results = judge.remeasure(cross_checked_candidates(spec, held, pair), pair, notes, deadline)
         except ServerDiedError:
             raise  # the re-measure's server: the stage is the run's failure, not the client's
         except GptTritonError as exc:
