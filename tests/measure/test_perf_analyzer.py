@@ -101,6 +101,23 @@ def test_a_perf_analyzer_window_has_per_request_latencies(delay_models: Embedded
 
 @pytest.mark.slow
 @needs_binary
+def test_a_window_spans_what_was_asked_as_the_built_in_clients_does(delay_models: EmbeddedTriton) -> None:
+    """perf_analyzer sleeps 1.2 x ``-p`` per time window: unshortened, a 1.5 s window spanned 1.8 s and
+    held 1.2 x the built-in client's requests."""
+    assert TOOL is not None
+    requests = [{"x": np.ones((1, 16), np.float32)}]
+    load = LoadProfile(concurrency=1)
+    spans = {}
+    for client in (PerfAnalyzerClient(TOOL), BuiltinClient()):
+        sample = client.window(delay_models.grpc_url, "measure_slow20", requests, load, 1.5, 0)
+        spans[client.name] = sample.result.duration_s
+        assert sample.result.errors == 0 and sample.latencies_ms.size > 40
+    # Both end within a request (20 ms) of 1.5 s; perf_analyzer's three windows round -p up to the ms.
+    assert 1.40 < spans["perf_analyzer"] < 1.56 and abs(spans["perf_analyzer"] - spans["builtin"]) < 0.08, spans
+
+
+@pytest.mark.slow
+@needs_binary
 def test_a_window_too_short_for_the_model_is_lengthened_not_failed(delay_models: EmbeddedTriton) -> None:
     """A 0.1 s window is three 100 ms time windows: none holds a whole 250 ms request, which perf_analyzer
     fails with "No valid requests recorded"; the client runs it again with longer windows."""
