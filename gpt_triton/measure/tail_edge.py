@@ -47,10 +47,14 @@ def tail_shape(windows: Sequence[np.ndarray], q: float) -> TailShape | None:
     pooled = np.concatenate(parts)
     low, high = neighbours(q)
     below, at, above = (float(v) for v in np.quantile(pooled, [low, q, high]))
-    slow = [int(np.count_nonzero(w > SLOW_FACTOR * np.median(w))) for w in parts]
+    masks = [w > SLOW_FACTOR * np.median(w) for w in parts]
+    slow = [int(np.count_nonzero(m)) for m in masks]
     lifted = sum(count > (1.0 - q) * w.size for count, w in zip(slow, parts, strict=True))
+    # In request order within each window: does a slow request follow a slow one (a spell) or a fast one?
+    after_slow = sum(int(np.count_nonzero(m[1:] & m[:-1])) for m in masks)
+    slow_after_first = sum(int(np.count_nonzero(m[1:])) for m in masks)
     return TailShape(below=below, at=at, above=above, slow_share=sum(slow) / pooled.size, slow_windows=lifted,
-                     windows=len(parts))
+                     windows=len(parts), in_runs=after_slow / slow_after_first if slow_after_first else None)
 
 
 def tail_edge(baseline_windows: Sequence[np.ndarray], winner_windows: Sequence[np.ndarray], metric: str,
