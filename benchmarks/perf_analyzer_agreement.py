@@ -48,15 +48,16 @@ from gpt_triton.core.measurements import SLOW_FACTOR, LoadProfile, log_standard_
 from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import Artifact, Route
-from gpt_triton.deploy import write_model
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.driver import WindowSample
 from gpt_triton.measure.paired import paired_ratio_interval
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.measure.stats import Statistic, window_ratio_interval
 from gpt_triton.measure.tail_edge import tail_shape
-from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
+
+sys.path.insert(0, str(Path(__file__).parent))
+from served import random_requests, serving  # noqa: E402
 
 BUILDERS: dict[str, Callable[[Path], Path]] = {"resnet": build_resnet_cnn, "conv_attention": build_conv_attention}
 
@@ -96,37 +97,26 @@ def measure_pair(model_path: Path, baseline: Candidate, winner: Candidate, round
     below pairs them by round."""
     info = inspect_model(model_path)
     shapes = resolve_shapes(info, {})
-    rng = np.random.default_rng(0)
-    requests = [{name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
-                for _ in range(8)]
+    requests = random_requests(shapes)
     load = LoadProfile(concurrency=1)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
-            clients: list[LoadClient] = [BuiltinClient(protocol=protocol, http_url=server.http_url),
-                                         PerfAnalyzerClient(tool, protocol, server.http_url)]
-            out: dict[str, dict[str, list[WindowSample]]] = {c.name: {"baseline": [], "winner": []} for c in clients}
-            names = {}
-            for role, cand in (("baseline", baseline), ("winner", winner)):
-                assert cand.artifact is not None
-                backend = cand.deploy.backend if cand.deploy is not None else "python"
-                deploy = write_model(root / "repo", f"agree_{role}", info, shapes, cand.artifact, cand.serving,
-                                     backend)
-                server.load(root / "repo" / deploy.model_name)
-                names[role] = deploy.model_name
-                for client in clients:  # warm-up, discarded
-                    client.window(server.grpc_url, deploy.model_name, requests, load, 0.5, 5)
-            for r in range(rounds):
-                order = clients if r % 2 == 0 else clients[::-1]
-                roles = ["baseline", "winner"] if (r // 2) % 2 == 0 else ["winner", "baseline"]
-                for role in roles:
-                    for client in order:
-                        sample = client.window(server.grpc_url, names[role], requests, load, window_s, min_requests,
-                                               metrics_url=server.metrics_url, seed=r, payload_start=r * 131)
-                        out[client.name][role].append(sample)
-                        print(f"  round {r + 1:2d} {client.name:13s} {role:8s} p50 {sample.result.p50_ms:7.3f} ms  "
-                              f"p99 {sample.result.p99_ms:7.3f} ms  server {server_ms(sample):7.3f} ms  "
-                              f"requests {sample.result.requests}", flush=True)
+    with serving({"baseline": baseline, "winner": winner}, info, shapes, "agree") as (server, names):
+        clients: list[LoadClient] = [BuiltinClient(protocol=protocol, http_url=server.http_url),
+                                     PerfAnalyzerClient(tool, protocol, server.http_url)]
+        out: dict[str, dict[str, list[WindowSample]]] = {c.name: {"baseline": [], "winner": []} for c in clients}
+        for name in names.values():
+            for client in clients:  # warm-up, discarded
+                client.window(server.grpc_url, name, requests, load, 0.5, 5)
+        for r in range(rounds):
+            order = clients if r % 2 == 0 else clients[::-1]
+            roles = ["baseline", "winner"] if (r // 2) % 2 == 0 else ["winner", "baseline"]
+            for role in roles:
+                for client in order:
+                    sample = client.window(server.grpc_url, names[role], requests, load, window_s, min_requests,
+                                           metrics_url=server.metrics_url, seed=r, payload_start=r * 131)
+                    out[client.name][role].append(sample)
+                    print(f"  round {r + 1:2d} {client.name:13s} {role:8s} p50 {sample.result.p50_ms:7.3f} ms  "
+                          f"p99 {sample.result.p99_ms:7.3f} ms  server {server_ms(sample):7.3f} ms  "
+                          f"requests {sample.result.requests}", flush=True)
     return out
 
 
@@ -167,9 +157,10 @@ def tail_line(samples: list[WindowSample]) -> str:
     shape = tail_shape([s.latencies_ms for s in samples], 0.99)
     if shape is None:
         return "tail: no requests"
+    runs = "" if shape.in_runs is None else f"; {100 * shape.in_runs:.0f}% of them right after another slow one"
     return (f"tail p98 {shape.below:7.3f} p99 {shape.at:7.3f} p99.5 {shape.above:7.3f} ms (spread {shape.spread:.2f}); "
             f"{100 * shape.slow_share:.2f}% of requests slower than {SLOW_FACTOR:g} x their window's median, lifting "
-            f"{shape.slow_windows} of {shape.windows} windows' own p99")
+            f"{shape.slow_windows} of {shape.windows} windows' own p99{runs}")
 
 
 def verdict(point: float, low: float, high: float) -> str:
@@ -198,6 +189,9 @@ def report(label: str, results: Results) -> None:
             counts = np.array([s.latencies_ms.size for s in samples], dtype=float)
             served = float(np.average([server_ms(s) for s in samples], weights=counts))
             mean = float(values.mean())
+            # Both clients' windows should span what was asked (perf_analyzer's stretch is undone in its client).
+            span = float(np.mean([s.result.duration_s for s in samples]))
+            print(f"{client:13s} {role:8s} windows span {span:.3f} s on average, {counts.mean():.0f} requests each")
             print(f"{client:13s} {role:8s} client p50 {np.percentile(values, 50):7.3f} ms, mean {mean:7.3f} ms; "
                   f"server-side mean {served:7.3f} ms -> client overhead {mean - served:6.3f} ms per request "
                   f"({100 * (mean / served - 1):.1f}% of the server's time)")

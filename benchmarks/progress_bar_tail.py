@@ -27,15 +27,15 @@ from rich.progress import Progress as Bars
 
 sys.path.insert(0, str(Path(__file__).parent))
 from perf_analyzer_agreement import from_run, ort_candidate  # noqa: E402
+from served import random_requests, serving  # noqa: E402
 
 from gpt_triton.core.measurements import LoadProfile  # noqa: E402
 from gpt_triton.core.model_info import inspect_model, resolve_shapes  # noqa: E402
 from gpt_triton.core.records import Candidate  # noqa: E402
-from gpt_triton.deploy import write_model  # noqa: E402
 from gpt_triton.measure.clients import BuiltinClient, LoadClient  # noqa: E402
+from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios  # noqa: E402
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer  # noqa: E402
 from gpt_triton.pipeline_cli import RichProgress  # noqa: E402
-from gpt_triton.server import EmbeddedTriton  # noqa: E402
 from gpt_triton.testing.models import build_conv_attention  # noqa: E402
 
 WINDOW_S, MIN_REQUESTS, SETTLE_S = 0.75, 500, 0.05  # examples/demo.yaml's windows
@@ -84,29 +84,22 @@ def main() -> None:
             model = build_conv_attention(root / "model")
             baseline = ort_candidate("baseline", model, "ORT_ENABLE_ALL", "1", True)
             winner = ort_candidate("winner", model, "ORT_ENABLE_ALL", "0", False)
-        measure(root, model, {"baseline": baseline, "winner": winner}, args.rounds, tool)
+        measure(model, {"baseline": baseline, "winner": winner}, args.rounds, tool)
 
 
-def measure(root: Path, model: Path, pair: dict[str, Candidate], rounds: int, tool: PerfAnalyzer) -> None:
+def measure(model: Path, pair: dict[str, Candidate], rounds: int, tool: PerfAnalyzer) -> None:
     info = inspect_model(model)
     shapes = resolve_shapes(info, {})
-    rng = np.random.default_rng(0)
-    requests = [{n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()} for _ in range(8)]
+    requests = random_requests(shapes)
     load = LoadProfile(concurrency=1)
     bars = {"bare": no_bar, "timer bar": timer_bar, "tune's bar": tune_bar, "perf_analyzer": no_bar}
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    with EmbeddedTriton(repository=root / "repo", workdir=root / "work") as server:
+    with serving(pair, info, shapes, "bar") as (server, names):
         builtin: LoadClient = BuiltinClient()
         pa: LoadClient = PerfAnalyzerClient(tool, "grpc", server.http_url)
-        names = {}
-        for role, cand in pair.items():
-            assert cand.artifact is not None
-            backend = cand.deploy.backend if cand.deploy is not None else "python"
-            deploy = write_model(root / "repo", f"bar_{role}", info, shapes, cand.artifact, cand.serving, backend)
-            server.load(root / "repo" / deploy.model_name)
-            names[role] = deploy.model_name
+        for name in names.values():
             for client in (builtin, pa):  # warm-up, discarded
-                client.window(server.grpc_url, deploy.model_name, requests, load, 0.5, 5)
+                client.window(server.grpc_url, name, requests, load, 0.5, 5)
         labels = list(bars)
         for r in range(rounds):
             order = labels[r % len(labels):] + labels[:r % len(labels)]
@@ -122,16 +115,15 @@ def measure(root: Path, model: Path, pair: dict[str, Candidate], rounds: int, to
                     out.setdefault((label, role), []).append((sample.result.p50_ms, sample.result.p99_ms))
                     print(f"  round {r + 1:2d} {label:13s} {role:8s} p50 {sample.result.p50_ms:6.3f} ms "
                           f"p99 {sample.result.p99_ms:6.3f} ms requests {sample.result.requests}", flush=True)
-    print("\n== the built-in client over perf_analyzer, paired by round (geometric mean [+-2 se])")
+    print("\n== the built-in client over perf_analyzer, paired by round (geometric mean, 95% t interval)")
     for role in pair:
         ref = np.array(out[("perf_analyzer", role)])
         for label in labels[:-1]:
             x = np.array(out[(label, role)])
             parts = []
             for k, what in ((0, "p50"), (1, "p99")):
-                logs = np.log(x[:, k] / ref[:, k])
-                mean, se = logs.mean(), logs.std(ddof=1) / np.sqrt(len(logs))
-                parts.append(f"{what} {np.exp(mean):.3f} [{np.exp(mean - 2 * se):.3f}, {np.exp(mean + 2 * se):.3f}]")
+                iv = log_ratio_interval(round_log_ratios(x[:, k], ref[:, k]))
+                parts.append(f"{what} {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}]")
             print(f"{role:8s} {label:11s} " + "  ".join(parts))
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import tempfile
+import sys
 import time
 from pathlib import Path
 
@@ -33,12 +33,13 @@ import numpy as np
 from gpt_triton.core.measurements import LoadProfile, WindowResult
 from gpt_triton.core.records import RunReport
 from gpt_triton.core.routes import BuildContext
-from gpt_triton.deploy import write_model
 from gpt_triton.measure.clients import BuiltinClient, LoadClient
 from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios
 from gpt_triton.measure.perf_analyzer import PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.routes._common import iter_calibration
-from gpt_triton.server import EmbeddedTriton
+
+sys.path.insert(0, str(Path(__file__).parent))
+from served import serving  # noqa: E402
 
 WINDOW_S, MIN_REQUESTS, SETTLE_S = 0.75, 500, 0.05  # examples/demo.yaml's windows, the built-in client's settle
 CLIENTS = ("builtin", "perf_analyzer")
@@ -77,19 +78,7 @@ def main() -> None:
     assert tool is not None
     load = LoadProfile(concurrency=1)
     results: dict[tuple[str, str], list[WindowResult]] = {}
-    with tempfile.TemporaryDirectory(prefix="switch-tail-") as tmp, \
-            EmbeddedTriton(repository=Path(tmp) / "repo", workdir=Path(tmp) / "work") as server:
-        root = Path(tmp)
-        names: dict[str, str] = {}
-        for cid in ids:
-            cand = report.candidate(cid)
-            if cand.artifact is None:
-                raise SystemExit(f"{args.run_dir}: candidate {cid} has no built artifact to serve")
-            backend = cand.deploy.backend if cand.deploy is not None else "python"
-            deployed = write_model(root / "repo", f"m_{cid}", report.model, report.shapes, cand.artifact, cand.serving,
-                                   backend)
-            server.load(root / "repo" / deployed.model_name)
-            names[cid] = deployed.model_name
+    with serving({cid: report.candidate(cid) for cid in ids}, report.model, report.shapes, "m") as (server, names):
         clients: dict[str, LoadClient] = {"builtin": BuiltinClient(),
                                           "perf_analyzer": PerfAnalyzerClient(tool, "grpc", server.http_url)}
 
