@@ -78,12 +78,13 @@ class MeasureSpec(_Strict):
     # (gpt_triton/measure/cross_check.py). Run after the tune, perf_analyzer's gain is minutes apart, and the
     # gain moves by about 10% between runs minutes apart on this machine. About doubles the re-measure's time.
     cross_check: Literal["none", "builtin", "perf_analyzer"] = "none"
-    # The other client's windows, when not the re-measure's (window_s). perf_analyzer as users run it measures
-    # 5 s intervals (its -p default); on conv_attention the two clients' p99 gains differed one way at 0.75 s
-    # windows (the built-in's 1.17x perf_analyzer's over nine tunes) and the other way at 5 s (0.90x in five
-    # runs; docs/measurement.md, "The window's length turns it around"). Set, the cross-check measures the
-    # re-measure's pair alone (baseline and winner), remeasure_windows rounds of windows this long, with no
-    # extension: about 2 x remeasure_windows of them. None: the re-measure's design and windows.
+    # The other client's windows, when not the re-measure's (window_s): 5 is perf_analyzer's -p default, whose
+    # own printed p99 pools three such windows (benchmarks/perf_analyzer_as_run.py compares a tune with that).
+    # On conv_attention the two clients' p99 gains differed one way at 0.75 s windows (the built-in's 1.17x
+    # perf_analyzer's over nine tunes) and the other way at 5 s (0.90x in five runs; docs/measurement.md, "The
+    # window's length turns it around"). Set, the cross-check measures the re-measure's pair alone (baseline
+    # and winner), remeasure_windows rounds of windows this long, with no extension, each formed into the
+    # tuner's statistic: about 2 x remeasure_windows of them. None: the re-measure's design and windows.
     cross_check_window_s: Annotated[float | None, Field(gt=0)] = None
     # How the load reaches Triton, as production's clients send it. http: the built-in client's concurrency-1
     # loop is a raw keep-alive socket with binary tensors (about a third of Python gRPC's client CPU per
