@@ -157,7 +157,7 @@ def tail_line(samples: list[WindowSample]) -> str:
     shape = tail_shape([s.latencies_ms for s in samples], 0.99)
     if shape is None:
         return "tail: no requests"
-    runs = "" if shape.in_runs is None else f"; {100 * shape.in_runs:.0f}% of them right after another slow one"
+    runs = "" if shape.in_runs is None else f"; {100 * shape.in_runs:.0f}% of those over the p99 right after another"
     return (f"tail p98 {shape.below:7.3f} p99 {shape.at:7.3f} p99.5 {shape.above:7.3f} ms (spread {shape.spread:.2f}); "
             f"{100 * shape.slow_share:.2f}% of requests slower than {SLOW_FACTOR:g} x their window's median, lifting "
             f"{shape.slow_windows} of {shape.windows} windows' own p99{runs}")

@@ -112,7 +112,7 @@ class ServerSpread(BaseModel):
 
 SLOW_FACTOR = 1.4  # a request is slow above this multiple of its window's median (the ResNet episodes: ~1.8x)
 STEADY_WINDOWS = 0.8  # slow requests lifting at least this share of a side's windows are its steady tail, not episodes
-# Below this share of slow requests right after another slow one, a side's slow requests come one at a time
+# Below this share of the requests over the quantile right after another one, they come one at a time
 # (conv_attention on two cores: 1-21%, each about one scheduler slice late); the ResNet CNN's came in runs of 14-24.
 ISOLATED_RUNS = 0.3
 
@@ -127,8 +127,8 @@ class TailShape(BaseModel):
     slow_share: float  # fraction of requests slower than SLOW_FACTOR x their own window's median
     slow_windows: int  # windows holding more slow requests than the quantile's tail: their own quantile is a slow one
     windows: int
-    # Share of the slow requests (after a window's first) whose previous request was slow too: near 0 for
-    # isolated stalls, near 1 for spells of a slow machine; None in reports written before it was kept.
+    # Share of the requests over the quantile (after a window's first) whose previous request was over it too:
+    # near 0 for isolated stalls, near 1 for spells of a slow machine; None in reports written before it was kept.
     in_runs: float | None = None
 
     @property
@@ -176,11 +176,12 @@ class TailEdge(BaseModel):
         if runs and max(runs) < ISOLATED_RUNS:
             # What to do differs: a stall of one request is a thread waiting for a core (fewer threads, or
             # cores for the server alone, help); a spell is the machine's (another run, another hour).
-            where += (f", and one at a time (at most {100 * max(runs):.0f}% of them right after another slow "
-                      "one): isolated stalls, as a thread waiting for a busy core makes, not spells of a slow machine")
+            where += (f"; the requests over the {self.metric} come one at a time (at most {100 * max(runs):.0f}% "
+                      "right after another): isolated stalls, as a thread waiting for a busy core makes, not spells "
+                      "of a slow machine")
         elif runs:
-            where += (f", and in runs ({100 * max(runs):.0f}% of them right after another slow one): spells in "
-                      "which request after request ran slow")
+            where += (f"; the requests over the {self.metric} come in runs ({100 * max(runs):.0f}% right after "
+                      "another): spells in which request after request ran slow")
         return (f"{head}: the {self.metric} sits at the EDGE of a slow cluster. {slow} of the requests ran over "
                 f"{SLOW_FACTOR:g}x their window's median, enough in {lifted} windows to lift that window's own "
                 f"{self.metric} into it, {where}; a small change in that share moves the {self.metric} a lot, so "

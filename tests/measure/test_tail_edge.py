@@ -39,8 +39,9 @@ def test_a_p99_at_the_clusters_edge_is_flagged_and_one_in_the_body_is_not() -> N
     text = edge.describe()
     assert "EDGE of a slow cluster" in text and "8 of 24" in text and "at p98" in text and "at p99.5" in text
     assert "in some windows and not others: episodes" in text
-    # The episodes are runs of 20 slow requests in a row: 19 of each run's 20 follow a slow one.
-    assert edge.baseline.in_runs == pytest.approx(19 / 20, abs=0.02) and "and in runs (95%" in text
+    # The episodes are runs of 20 slow requests in a row: most of the requests over the p99 follow another.
+    assert edge.baseline.in_runs is not None and edge.baseline.in_runs > 0.5  # 0.71: the top 120 of 8 runs of 20
+    assert "the requests over the p99 come in runs" in text
     # Slow requests in every window (a steady long tail, as conv_attention's at ~1.5 ms in make demo) read as such.
     def scattered(median_ms: float) -> list[np.ndarray]:  # 7 of each window's 500 requests at 1.8x, anywhere
         out = [rng.lognormal(np.log(median_ms), 0.05, 500) for _ in range(24)]
@@ -50,15 +51,17 @@ def test_a_p99_at_the_clusters_edge_is_flagged_and_one_in_the_body_is_not() -> N
 
     steady = tail_edge(scattered(20.0), scattered(11.0), "p99")
     assert steady is not None and steady.edge and "a steady long tail" in steady.describe()
-    # 7 of 500 anywhere: a slow request follows another by chance alone (about 1.4%), as conv_attention's
-    # one-slice stalls on two cores did (1-21%): isolated, not spells.
+    # 7 of 500 anywhere: one follows another by chance alone (about 1%), as conv_attention's one-slice stalls
+    # on two cores did (1-21% over the pooled p99): isolated, not spells.
     assert steady.baseline.in_runs is not None and steady.baseline.in_runs < 0.05
-    assert "one at a time" in steady.describe() and "isolated stalls" in steady.describe()
+    assert "come one at a time" in steady.describe() and "isolated stalls" in steady.describe()
     quiet = tail_edge(_windows(rng, 20.0, 0), _windows(rng, 11.0, 0), "p99")
     assert quiet is not None and not quiet.edge and quiet.baseline.slow_windows == 0
     assert quiet.spread < 1.1
     assert "in the body of both distributions" in quiet.describe()
-    assert quiet.baseline.in_runs is None  # no slow request after a window's first: nothing to say about runs
+    # In the body the requests over the p99 are the lognormal's top 1%, in no order: read, not said.
+    assert quiet.baseline.in_runs is not None and quiet.baseline.in_runs < 0.05
+    assert "one at a time" not in quiet.describe() and "in runs" not in quiet.describe()
 
 
 def test_what_the_flag_predicts_holds_another_share_of_slow_requests_moves_the_p99_gain() -> None:
