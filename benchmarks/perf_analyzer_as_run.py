@@ -16,6 +16,9 @@ gain (report.json: the statistic it was formed with) and the ratio of the tune's
 (``baseline_ms / winner_ms``, the statistic perf_analyzer's p99 is), each with the two widths added.
 
     .venv/bin/python benchmarks/perf_analyzer_as_run.py RUN_DIR [RUN_DIR ...] [--rounds 6] [--interval-ms 5000]
+
+Run it from the directory the tune ran in: a tune given a relative ``--out`` (``make demo``'s ``runs/demo``)
+records its artifacts' folders relative to that directory.
 """
 
 from __future__ import annotations
