@@ -44,7 +44,8 @@ from typing import cast
 
 import numpy as np
 
-from gpt_triton.core.measurements import SLOW_FACTOR, LoadProfile, log_standard_error
+from gpt_triton.core.cross_check import agreement_interval
+from gpt_triton.core.measurements import SLOW_FACTOR, LoadProfile
 from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import Artifact, Route
@@ -237,13 +238,12 @@ def tune_against_perf_analyzer(run_dir: Path, protocol: str, results: Results) -
     metric = cast(Statistic, gain.metric)
     for statistic, pa in (("paired", paired_ratio_interval(base, win, metric)),
                           ("pooled", window_ratio_interval(base, win, metric, 0.95, 1000))):
-        d = np.log(gain.ratio.value / pa.value)
-        half = 1.96 * float(np.hypot(log_standard_error(gain.ratio), log_standard_error(pa)))
+        ratio, _ = agreement_interval(gain.ratio, pa)
         mark = " (the tune's own statistic)" if statistic == gain.statistic else ""
         print(f"the tune's re-measured {gain.metric} gain {gain.ratio.value:.3f} [{gain.ratio.low:.3f}, {gain.ratio.high:.3f}] "
               f"against perf_analyzer's {statistic}{mark} over {protocol} here {pa.value:.3f} [{pa.low:.3f}, {pa.high:.3f}]: "
-              f"tune / perf_analyzer = {np.exp(d):.3f} [{np.exp(d - half):.3f}, {np.exp(d + half):.3f}] "
-              f"({verdict(float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half)))})")
+              f"tune / perf_analyzer = {ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}] "
+              f"({verdict(ratio.value, ratio.low, ratio.high)})")
 
 
 def tunes(model: Path, spec: Path, count: int, root: Path, time_budget: str | None = None) -> Path | None:

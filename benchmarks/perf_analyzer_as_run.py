@@ -24,7 +24,6 @@ records its artifacts' folders relative to that directory.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import tempfile
@@ -37,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from perf_analyzer_agreement import from_run, verdict  # noqa: E402
 from served import random_requests, serving  # noqa: E402
 
-from gpt_triton.core.measurements import Interval, log_standard_error  # noqa: E402
+from gpt_triton.core.cross_check import agreement_interval  # noqa: E402
+from gpt_triton.core.measurements import Interval  # noqa: E402
 from gpt_triton.core.model_info import inspect_model  # noqa: E402
 from gpt_triton.core.records import RunReport  # noqa: E402
 from gpt_triton.core.routes import BuildContext  # noqa: E402
 from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios  # noqa: E402
-from gpt_triton.measure.perf_analyzer import PerfAnalyzer, find_perf_analyzer, input_data  # noqa: E402
+from gpt_triton.measure.perf_analyzer import PerfAnalyzer, find_perf_analyzer, input_data, read_csv_ms  # noqa: E402
 from gpt_triton.routes._common import iter_calibration  # noqa: E402
 
 ROLES = ("baseline", "winner")
@@ -57,21 +57,19 @@ def as_users_run_it(tool: PerfAnalyzer, grpc_url: str, model: str, data: Path, b
     done = tool.run(["-m", model, "-u", grpc_url, "-i", "grpc", "-b", str(batch), "--concurrency-range", "1:1",
                      "-p", str(interval_ms), "--input-data", str(data), "-f", str(report)],
                     timeout_s=interval_ms / 1000 * 1.2 * 12 + 120)
-    rows = list(csv.DictReader(report.read_text().splitlines())) if report.is_file() else []
-    if done.returncode != 0 or not rows:
+    p50, p99 = read_csv_ms(report, "p50"), read_csv_ms(report, "p99")
+    if done.returncode != 0 or p50 is None or p99 is None:
         last = (done.stderr or done.stdout).strip().splitlines()
         print(f"    perf_analyzer on {model}: exit {done.returncode}: {last[-1] if last else 'no output'}")
         return None
-    return float(rows[0]["p50 latency"]) / 1e3, float(rows[0]["p99 latency"]) / 1e3
+    return p50, p99
 
 
 def against(label: str, tune: Interval, pa: Interval) -> str:
     """tune / perf_analyzer with an interval that adds both widths (two runs, normal on the log scale)."""
-    d = float(np.log(tune.value / pa.value))
-    half = 1.96 * float(np.hypot(log_standard_error(tune), log_standard_error(pa)))
-    point, low, high = np.exp(d), np.exp(d - half), np.exp(d + half)
+    ratio, _ = agreement_interval(tune, pa)
     return (f"{label} {tune.value:.3f} [{tune.low:.3f}, {tune.high:.3f}] / perf_analyzer's {pa.value:.3f}: "
-            f"{point:.3f} [{low:.3f}, {high:.3f}] ({verdict(point, low, high)})")
+            f"{ratio.value:.3f} [{ratio.low:.3f}, {ratio.high:.3f}] ({verdict(ratio.value, ratio.low, ratio.high)})")
 
 
 def one_run(run_dir: Path, tool: PerfAnalyzer, rounds: int, interval_ms: int) -> None:

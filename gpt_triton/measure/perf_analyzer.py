@@ -159,12 +159,14 @@ def read_export(path: Path) -> list[tuple[int, int]]:
     return out
 
 
-def read_csv_p50_ms(path: Path) -> float | None:
-    """perf_analyzer's own p50 (``-f`` CSV, microseconds) in ms."""
+def read_csv_ms(path: Path, statistic: str = "p50") -> float | None:
+    """perf_analyzer's own ``statistic`` (p50, p90, p95, p99: its ``-f`` CSV, microseconds) in ms; None
+    without the file or the column."""
     if not path.is_file():
         return None
     rows = list(csv.DictReader(path.read_text().splitlines()))
-    return float(rows[0]["p50 latency"]) / 1e3 if rows and rows[0].get("p50 latency") else None
+    column = f"{statistic} latency"
+    return float(rows[0][column]) / 1e3 if rows and rows[0].get(column) else None
 
 
 # In time_windows mode perf_analyzer sleeps 1.2 x ``-p`` per time window (InferenceProfiler::Measure in
@@ -254,7 +256,7 @@ class PerfAnalyzerClient(LoadClient):
         if done.returncode != 0 or not export.is_file():
             raise GptTritonError(f"perf_analyzer failed on {model_name!r} (exit {done.returncode}): "
                                  f"{_last_line(done.stderr or done.stdout)}")
-        self.last_csv_p50_ms = read_csv_p50_ms(report)
+        self.last_csv_p50_ms = read_csv_ms(report)
         return read_export(export)
 
 
