@@ -37,6 +37,7 @@ from perf_analyzer_agreement import from_run, verdict  # noqa: E402
 from served import random_requests, serving  # noqa: E402
 
 from gpt_triton.core.cross_check import agreement_interval  # noqa: E402
+from gpt_triton.core.errors import GptTritonError  # noqa: E402
 from gpt_triton.core.measurements import Interval  # noqa: E402
 from gpt_triton.core.model_info import inspect_model  # noqa: E402
 from gpt_triton.core.records import RunReport  # noqa: E402
@@ -139,7 +140,10 @@ def main() -> None:
     assert tool is not None
     print(f"{tool.version()} at {tool.binary}")
     for run_dir in args.run_dirs:
-        one_run(run_dir, tool, args.rounds, args.interval_ms)
+        try:
+            one_run(run_dir, tool, args.rounds, args.interval_ms)
+        except (GptTritonError, OSError) as exc:  # a missing report or artifact: one line, exit 1
+            raise SystemExit(f"{run_dir}: {exc}") from None
 
 
 if __name__ == "__main__":
