@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "gpt_triton.pipeline_cli",  # tune
     "gpt_triton.routes.cli",  # routes
     "gpt_triton.report.cli",  # report
+    "gpt_triton.recheck_cli",  # recheck
     "gpt_triton.accuracy.cli",  # capture
     "gpt_triton.promote.cli",  # verify
     "gpt_triton.canary.cli",  # canary

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpt_triton.core.errors import GptTritonError
+from gpt_triton.core.recheck import Recheck
 from gpt_triton.core.records import RunReport
 from gpt_triton.report.csv_export import CSV_FILE, csv_text, write_csv
 from gpt_triton.report.markdown import render_markdown
@@ -24,7 +25,7 @@ from gpt_triton.report.verdict import break_even_inferences, verdict_lines
 from gpt_triton.report.view import FamilySummary, ReportView, build_view, per_family_summary
 
 __all__ = [
-    "CSV_FILE", "FamilySummary", "ReportView", "break_even_inferences", "build_view", "csv_text", "load_report", "per_family_summary",
+    "CSV_FILE", "FamilySummary", "ReportView", "break_even_inferences", "build_view", "csv_text", "load_rechecks", "load_report", "per_family_summary",
     "plot_availability", "print_summary", "render_markdown", "render_plots", "render_report", "summary_table",
     "verdict_lines", "write_csv",
 ]
@@ -51,6 +52,18 @@ def load_report(run_dir: Path) -> RunReport:
         raise GptTritonError(f"cannot read {path}: {exc.strerror}") from None
 
 
+def load_rechecks(run_dir: Path) -> list[Recheck]:
+    """RUN_DIR/rechecks/*.json (``gpt-triton recheck``), oldest first; one that does not read is one line."""
+    found = []
+    for path in sorted((Path(run_dir) / "rechecks").glob("[!.]*.json")):
+        try:
+            found.append(Recheck.model_validate_json(path.read_bytes()))
+        except ValidationError as exc:
+            raise GptTritonError(f"{path} is not a recheck record ({exc.errors()[0]['msg']}); "
+                                 "remove it or run `gpt-triton recheck` again") from None
+    return found
+
+
 def render_report(run_dir: Path) -> Path:
     """Write RUN_DIR/plots/*.png, RUN_DIR/report.md and RUN_DIR/report.csv (the measurements in perf_analyzer's
     ``-f`` layout, :mod:`gpt_triton.report.csv_export`) from report.json; returns report.md's path.
@@ -60,6 +73,7 @@ def render_report(run_dir: Path) -> Path:
     """
     run_dir = Path(run_dir)
     report = load_report(run_dir)
+    rechecks = load_rechecks(run_dir)  # before anything is written: a bad record leaves the old report whole
     mask = _umask()
     staging = Path(tempfile.mkdtemp(prefix=".plots-", dir=run_dir))
     staging.chmod(0o777 & ~mask)  # mkdtemp's 0700 would hide the plots from a web server or a colleague
@@ -81,7 +95,7 @@ def render_report(run_dir: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".md", dir=run_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(render_markdown(report, plots, relative_to=run_dir))
+            handle.write(render_markdown(report, plots, relative_to=run_dir, rechecks=rechecks))
         os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, target)
     except BaseException:

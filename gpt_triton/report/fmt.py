@@ -39,6 +39,11 @@ def fmt_ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value else "-"
 
 
+def fmt_ratio_interval(interval: Interval | None) -> str:
+    """A gain or a ratio of gains with its interval, to three decimals (``-`` when there is none)."""
+    return "-" if interval is None else f"{interval.value:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
+
+
 def knob_text(knobs: dict[str, Any]) -> str:
     """Knobs spelled as a route key spells them (``-level=all -quant=u8s8``), without the family."""
     return Route(family="_", knobs=knobs).key().split(":", 1)[1].strip()

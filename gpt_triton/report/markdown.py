@@ -6,11 +6,12 @@ A renderer over :mod:`gpt_triton.report.view`, like the terminal summary, so the
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gpt_triton.core.recheck import Recheck
 from gpt_triton.core.records import RunReport
-from gpt_triton.report.fmt import fmt_interval, fmt_ms, fmt_ratio, knob_text
+from gpt_triton.report.fmt import fmt_interval, fmt_ms, fmt_ratio, fmt_ratio_interval, knob_text
 from gpt_triton.report.plots import PLOT_TITLES, availability
 from gpt_triton.report.view import MARKS, build_view, mixed_precision_rows
 
@@ -32,8 +33,10 @@ def _link(path: Path, relative_to: Path | None) -> str:
     return Path(os.path.relpath(path, relative_to)).as_posix()
 
 
-def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path | None = None) -> str:
-    """The Markdown report. Plot links are made relative to ``relative_to`` (report.md's directory)."""
+def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path | None = None,
+                    rechecks: Sequence[Recheck] = ()) -> str:
+    """The Markdown report. Plot links are made relative to ``relative_to`` (report.md's directory);
+    ``rechecks`` are the run's ``gpt-triton recheck`` records, oldest first."""
     view = build_view(report)
     objective = view.objective
     out: list[str] = [f"# gpt-triton run {report.run_id}: {report.model.name}", ""]
@@ -56,6 +59,7 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
         out += ["", "Reference data: " + ", ".join(f"{k}={v}" for k, v in ref.items()) + "." + synthetic]
     out += ["", "## Verdict", ""]
     out += [f"- **{label}**: {_cell(text)}" for label, text in view.verdict]
+    out += _rechecks(rechecks)
 
     marks = ", ".join(f"{symbol} {meaning}" for symbol, meaning in MARKS)
     out += ["", "## Candidates", "", f"Objective: {objective.metric} at load index {objective.load_index} "
@@ -125,6 +129,24 @@ def render_markdown(report: RunReport, plots: dict[str, Path], relative_to: Path
     if report.decisions:
         out += ["## Decisions", ""] + [f"{i}. {_cell(d)}" for i, d in enumerate(report.decisions, 1)] + [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _rechecks(rechecks: Sequence[Recheck]) -> list[str]:
+    """What perf_analyzer, run as users run it, read for the pair since the tune (``gpt-triton recheck``)."""
+    if not rechecks:
+        return []
+    out = ["", "## Rechecked with perf_analyzer", "",
+           "perf_analyzer at its own defaults on the baseline and the pick, a run each per round "
+           "(`gpt-triton recheck`, kept in `rechecks/`): its gains paired by round, and the tune's re-measured "
+           "gain as a fraction of its own.", ""]
+    rows: list[list[object]] = []
+    for r in rechecks:
+        pa = r.gains.get(r.metric)
+        rows.append([r.created, f"{r.hours_after_tune:.1f}", r.triton_mode, f"{r.complete_rounds}/{len(r.rounds)}",
+                     fmt_ratio_interval(r.gains.get("p50")), fmt_ratio_interval(pa), fmt_ratio_interval(r.agreement),
+                     "-" if r.within is None else ("yes" if r.within else "no")])
+    return out + _table(["when", "hours after", "server", "rounds", "p50 gain", f"{rechecks[0].metric} gain",
+                         "tune / perf_analyzer", "within 5%"], rows)
 
 
 def _per_load(report: RunReport, name: Callable[[str], str]) -> list[str]:
