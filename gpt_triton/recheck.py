@@ -125,6 +125,8 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
     """Run the recheck, write ``RUN_DIR/rechecks/<time>.json``, return the record and its path."""
     if rounds < 2:
         raise GptTritonError(f"--rounds {rounds}: an interval needs at least 2 rounds")
+    if interval_ms < 100:
+        raise GptTritonError(f"--interval-ms {interval_ms}: perf_analyzer's windows need at least 100 ms (its default is 5000)")
     if models is not None and triton_url is None:
         raise GptTritonError("--models names models on a server you run: give --triton-url too")
     named = None if models is None else {"baseline": parse_model(models[0]), "winner": parse_model(models[1])}

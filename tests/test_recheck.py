@@ -151,6 +151,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, finished_run: 
     _one_line(capsys, "selection kept the baseline")
     assert main(["recheck", str(finished_run), "--rounds", "1"]) == 2
     _one_line(capsys, "at least 2 rounds")
+    assert main(["recheck", str(finished_run), "--interval-ms", "0"]) == 2
+    _one_line(capsys, "at least 100 ms")
     assert main(["recheck", str(finished_run), "--models", "a", "b"]) == 2
     _one_line(capsys, "give --triton-url")
     assert main(["recheck", str(finished_run), "--triton-url", "localhost:1", "--models", "a", "b:x"]) == 2

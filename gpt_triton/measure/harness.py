@@ -150,8 +150,8 @@ class Measurer:
         self.set_aside.extend(sample.set_aside)
         self.counted.append(res)
         if self.on_window is not None:
-            for done in [*sample.set_aside, res]:
-                self.on_window(cid, load.label(), round_no, done)
+            for done in [*sample.set_aside, res]:  # the requests' latencies of the counted one only
+                self.on_window(cid, load.label(), round_no, done, sample.latencies_ms if done is res else None)
         self.progress(f"{cid} {load.label()} window {round_no}: p50 {res.p50_ms:.3g} ms p99 "
                       f"{res.p99_ms:.3g} ms {res.throughput:.4g} req/s errors {res.errors}")
 
@@ -411,7 +411,7 @@ class Measurer:
         def send(cid: str, seconds: float) -> WindowResult:
             result = self._window(models[cid], load, seconds, 0).result
             if self.on_window is not None:
-                self.on_window(cid, load.label(), 0, result)
+                self.on_window(cid, load.label(), 0, result, None)
             return result
 
         self.at_round()  # in turns, every stage's burn-in comes before any counted round

@@ -8,7 +8,11 @@ moved a p99) can be re-derived or cross-checked afterwards without running again
 the windows end, so a run that stops half-way keeps what it measured; ``run_id`` tells runs apart
 when ``--out`` or ``--resume`` reuses a directory. ``foreign_cores`` and ``steal_cores`` say what else the
 machine ran during the window, ``own_cpu_ms`` the CPU this run's processes spent per request in it
-(:mod:`gpt_triton.measure.machine_load`; empty where unknown). A window
+(:mod:`gpt_triton.measure.machine_load`; empty where unknown). Each counted window's requests' own latencies
+go to ``RUN_DIR/latencies.f32`` (little-endian float32 ms, appended in the order run; the row's
+``latency_offset`` and ``latency_count`` locate them, :func:`window_latencies` reads them), so that any
+statistic over requests (a p99 pooled over several windows, as perf_analyzer prints one) can be formed
+afterwards. A window
 other processes crowded and that was measured again in its place (:mod:`gpt_triton.measure.crowding`) is
 kept with ``set_aside`` = ``crowded``, just before the window that replaced it, under the same round;
 :func:`read_windows` leaves it out unless asked. A file an older version wrote with other columns is moved
@@ -23,21 +27,24 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from gpt_triton.core.measurements import Interval, WindowResult
 from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios
 
 WINDOWS_FILE = "windows.csv"
 FIELDS = ("run_id", "stage", "candidate", "load", "round", "ended_utc", "duration_s", "requests", "errors",
           "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "foreign_cores", "steal_cores", "set_aside",
-          "own_cpu_ms")
+          "own_cpu_ms", "latency_offset", "latency_count")
+LATENCIES_FILE = "latencies.f32"
 
 # The round of a burn-in's windows (measure.burn_in_s): sent before a fresh server's first counted window,
 # counted in nothing, kept so that the transient they absorb can be read from a tune afterwards.
 BURN_IN_ROUND = "0"
 
-# (candidate id, load label, round, the window's figures): what a Measurer reports after each window as it
-# ends, counted ones as rounds 1, 2, ... and a burn-in's as round 0
-WindowSink = Callable[[str, str, int, WindowResult], None]
+# (candidate id, load label, round, the window's figures, its requests' latencies in ms or None): what a
+# Measurer reports after each window as it ends, counted ones as rounds 1, 2, ... and a burn-in's as round 0
+WindowSink = Callable[[str, str, int, WindowResult, np.ndarray | None], None]
 
 
 class WindowLog:
@@ -56,10 +63,17 @@ class WindowLog:
         return [w for stage, cid, w in self._counted if stage in stages and (candidate is None or cid == candidate)]
 
     def sink(self, stage: str) -> WindowSink:
-        def write(candidate: str, load: str, round_no: int, result: WindowResult) -> None:
+        def write(candidate: str, load: str, round_no: int, result: WindowResult,
+                  latencies_ms: np.ndarray | None = None) -> None:
             if round_no != int(BURN_IN_ROUND) and result.set_aside is None:
                 self._counted.append((stage, candidate, result))
             self._set_aside_other_columns()
+            located = ["", ""]
+            if latencies_ms is not None:
+                store = self.path.with_name(LATENCIES_FILE)
+                with store.open("ab") as raw:  # offsets count float32s from the file's start
+                    located = [str(raw.tell() // 4), str(len(latencies_ms))]
+                    raw.write(np.asarray(latencies_ms, dtype="<f4").tobytes())
             new = not self.path.exists() or self.path.stat().st_size == 0
             with self.path.open("a", newline="") as handle:  # one short append per window (~1 s apart)
                 writer = csv.writer(handle)
@@ -71,7 +85,7 @@ class WindowLog:
                     result.requests, result.errors, f"{result.p50_ms:.4f}", f"{result.p90_ms:.4f}",
                     f"{result.p99_ms:.4f}", f"{result.mean_ms:.4f}", f"{result.throughput:.2f}",
                     _three_decimals(result.foreign_cores), _three_decimals(result.steal_cores), result.set_aside or "",
-                    _three_decimals(result.own_cpu_ms),
+                    _three_decimals(result.own_cpu_ms), *located,
                 ])
 
         return write
@@ -99,6 +113,15 @@ def read_windows(path: Path, burn_in: bool = False, set_aside: bool = False) -> 
     with path.open(newline="") as handle:
         return [row for row in csv.DictReader(handle)
                 if (burn_in or row["round"] != BURN_IN_ROUND) and (set_aside or not row.get("set_aside"))]
+
+
+def window_latencies(windows_csv: Path, row: dict[str, str]) -> np.ndarray:
+    """The latencies (ms) of the requests of one row of :func:`read_windows`; empty where none were kept (a
+    window measured again, a burn-in, a file written before they were)."""
+    offset, count = row.get("latency_offset") or "", row.get("latency_count") or ""
+    if not offset or not count:
+        return np.zeros(0, dtype=np.float32)
+    return np.fromfile(windows_csv.with_name(LATENCIES_FILE), dtype="<f4", count=int(count), offset=4 * int(offset))
 
 
 def stage_pair_ratio(rows: Sequence[dict[str, str]], stage: str, pair: tuple[str, str], column: str,

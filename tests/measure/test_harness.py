@@ -269,7 +269,7 @@ def test_every_counted_window_is_reported_as_it_ends(delay_models: EmbeddedTrito
     base, win = cand("base", "measure_slow20"), cand("win", "measure_fast")
     reported: list[tuple[str, str, int, float]] = []
     m = Measurer(delay_models.grpc_url, requests_x, spec(gain_precision=1e-6, gain_max_windows=4, window_s=0.1),
-                 ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res: reported.append((c, load, r, res.p50_ms)))
+                 ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res, lat: reported.append((c, load, r, res.p50_ms)))
     results = m.remeasure([win, base], ("base", "win"), [])
     # The re-measure's 3 rounds and the pair's extension to 4, not the two warm-ups (windows_run counts them).
     assert m.windows_run == 8 + 2
@@ -345,7 +345,7 @@ def test_the_burn_in_comes_before_any_counted_window_and_counts_in_nothing(delay
     base, win, other = cand("base", "measure_slow20"), cand("win", "measure_fast"), cand("other", "measure_fast_b")
     reported: list[tuple[str, int, int]] = []
     m = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=0.4, window_s=0.2), ObjectiveSpec(metric="p50"),
-                 on_window=lambda c, load, r, res: reported.append((c, r, res.requests)))
+                 on_window=lambda c, load, r, res, lat: reported.append((c, r, res.requests)))
     notes: list[str] = []
     began = time.monotonic()
     results = m.remeasure([win, other, base], None, notes)
@@ -365,7 +365,7 @@ def test_the_burn_in_comes_before_any_counted_window_and_counts_in_nothing(delay
     # The estimate's server has the re-measure's design: every candidate on it is burnt in.
     reported.clear()
     pair = Measurer(delay_models.grpc_url, requests_x, spec(burn_in_s=0.3, window_s=0.2, gain_precision=0.9),
-                    ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res: reported.append((c, r, res.requests)))
+                    ObjectiveSpec(metric="p50"), on_window=lambda c, load, r, res, lat: reported.append((c, r, res.requests)))
     notes = []
     assert pair.measure_pair([win, other, base], ("base", "win"), notes) is not None
     assert {c for c, r, _ in reported if r == 0} == {"base", "win", "other"} and notes[0].startswith("finalists: burn-in: ")

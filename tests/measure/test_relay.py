@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 from test_harness import cand, spec
 
-from gpt_triton.core.measurements import WindowResult
 from gpt_triton.core.spec import ObjectiveSpec
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.relay import Relay, RelayAborted, in_turns
+from gpt_triton.measure.window_log import WindowSink
 from gpt_triton.server import EmbeddedTriton
 
 
@@ -99,8 +99,8 @@ def test_two_measurers_on_a_real_server_take_turns_a_round_each(delay_models: Em
     base.is_baseline = True
     order: list[tuple[str, str, int]] = []
 
-    def sink(stage: str) -> Callable[[str, str, int, WindowResult], None]:
-        return lambda cid, _load, round_no, _res: order.append((stage, cid, round_no))
+    def sink(stage: str) -> WindowSink:
+        return lambda cid, _load, round_no, _res, _lat: order.append((stage, cid, round_no))
 
     kw = dict(warmup_s=0.0, window_s=0.1, racing=False, gain_precision=1e-6, gain_max_windows=5, remeasure_windows=2,
               burn_in_s=0.2)

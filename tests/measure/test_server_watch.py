@@ -96,7 +96,7 @@ def test_a_server_killed_mid_run_stops_the_run_and_fails_no_candidate(tmp_path: 
             server.load(write_delay_model(server.repository, name, {1: 0.0}))
         assert server.exit_note() is None  # alive
 
-        def kill_after_first(cid: str, load: str, round_no: int, result: WindowResult) -> None:
+        def kill_after_first(cid: str, load: str, round_no: int, result: WindowResult, latencies: object) -> None:
             assert server.pid is not None
             os.kill(server.pid, signal.SIGKILL)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpt_triton.core.measurements import WindowResult
-from gpt_triton.measure.window_log import FIELDS, WindowLog, read_windows, stage_pair_ratio
+from gpt_triton.measure.window_log import FIELDS, WindowLog, read_windows, stage_pair_ratio, window_latencies
 
 
 def result(p99: float, requests: int = 500) -> WindowResult:
@@ -92,3 +92,22 @@ def test_a_stage_pair_ratio_is_paired_by_round_and_leaves_out_a_round_missing_a_
     assert found is not None and found.value == pytest.approx(np.sqrt(4.0 * 2.0))  # geometric mean of 4 and 2
     assert stage_pair_ratio(rows, "remeasure", ("base", "win"), "p99_ms", min_rounds=3) is None
     assert stage_pair_ratio(rows, "finalists-pair", ("base", "win"), "p99_ms") is None
+
+
+def test_each_counted_windows_latencies_are_kept_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "windows.csv"
+    rng = np.random.default_rng(3)
+    first, second = rng.gamma(4.0, 0.3, 500).astype(np.float32), rng.gamma(4.0, 0.5, 700).astype(np.float32)
+    log = WindowLog(path, "r")
+    sink = log.sink("remeasure")
+    sink("a", "concurrency=1", 0, result(1.5), None)  # a burn-in window keeps no latencies
+    sink("a", "concurrency=1", 1, result(1.6).model_copy(update={"set_aside": "crowded"}), None)
+    sink("a", "concurrency=1", 1, result(2.0), first)
+    WindowLog(path, "again").sink("remeasure")("b", "concurrency=1", 1, result(3.0), second)  # a later run appends
+    rows = read_windows(path, burn_in=True, set_aside=True)
+    kept = [window_latencies(path, row) for row in rows]
+    assert [len(k) for k in kept] == [0, 0, 500, 700]
+    np.testing.assert_array_equal(kept[2], first)
+    np.testing.assert_array_equal(kept[3], second)
+    assert (rows[2]["latency_offset"], rows[3]["latency_offset"]) == ("0", "500")
+    assert (tmp_path / "latencies.f32").stat().st_size == 4 * 1200

@@ -25,7 +25,7 @@ from gpt_triton.cli import main
 from gpt_triton.core.naming import named_id
 from gpt_triton.core.records import RunReport
 from gpt_triton.measure.perf_analyzer import find_perf_analyzer
-from gpt_triton.measure.window_log import read_windows
+from gpt_triton.measure.window_log import read_windows, window_latencies
 from gpt_triton.report import verdict_lines
 from gpt_triton.testing.models import build_conv_attention, build_tiny_mlp
 
@@ -142,6 +142,11 @@ def test_tune_end_to_end_promotes_and_reports(tmp_path: Path) -> None:
     # (report.json keeps none of its windows), and the re-measure's, which are the report's.
     rows = read_windows(out / "windows.csv")
     assert {r["run_id"] for r in rows} == {report["run_id"]}
+    # ... each with its requests' own latencies, from which the row's figures come.
+    for r in rows:
+        kept = window_latencies(out / "windows.csv", r)
+        assert len(kept) == int(r["requests"]) - int(r["errors"]), r
+        assert float(np.percentile(kept, 99)) == pytest.approx(float(r["p99_ms"]), abs=2e-4), r
     stages = [r["stage"] for r in rows]
     phases = [min(["search", "finalists", "finalists-pair", "remeasure", "cross-check"].index(s), 2) for s in stages]
     assert phases == sorted(phases), sorted(set(stages))  # the last two take turns (measure.remeasure_in_turns)
