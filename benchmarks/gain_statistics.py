@@ -10,7 +10,7 @@ estimate where the quantile sits at the edge of isolated stalls.
 
 Since windows.csv keeps each counted window's request latencies (``latencies.f32``), every such statistic
 can be formed afterwards from the re-measure's own requests. For each RUN_DIR this prints the re-measure
-pair's gain formed as:
+pair's gain, and beside it the finalist pair's estimate formed the same way from its own rounds, as:
 
 * ``paired``: the tuner's statistic (rounds of one window a side);
 * ``blocks of k``: consecutive rounds grouped k at a time, each side's requests in a block pooled into one
@@ -36,15 +36,15 @@ from gpt_triton.measure.paired import log_ratio_interval
 from gpt_triton.measure.window_log import read_windows, window_latencies
 from gpt_triton.report import load_rechecks, load_report
 
-STAGE = "remeasure"
+REMEASURE, ESTIMATE = "remeasure", "finalists-pair"
 
 
-def rounds_of(run_dir: Path, pair: tuple[str, str]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The re-measure's counted rounds holding a window of both sides: (baseline latencies, winner latencies)."""
+def rounds_of(run_dir: Path, pair: tuple[str, str], stage: str = REMEASURE) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A stage's counted rounds holding a window of both sides: (baseline latencies, winner latencies)."""
     path = run_dir / "windows.csv"
     by_round: dict[int, dict[str, np.ndarray]] = {}
     for row in read_windows(path):
-        if row["stage"] == STAGE and row["candidate"] in pair:
+        if row["stage"] == stage and row["candidate"] in pair:
             by_round.setdefault(int(row["round"]), {})[row["candidate"]] = window_latencies(path, row)
     return [(sides[pair[0]], sides[pair[1]]) for _, sides in sorted(by_round.items())
             if len(sides) == 2 and all(len(v) for v in sides.values())]
@@ -63,6 +63,19 @@ def show(label: str, iv: Interval) -> str:
     return f"{label} {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
 
 
+def forms_of(rounds: list[tuple[np.ndarray, np.ndarray]], block_sizes: list[int]) -> dict[str, Interval]:
+    forms = {"paired": blocked(rounds, 1)}
+    for k in block_sizes:
+        if len(rounds) // k >= 2:
+            forms[f"blocks of {k}"] = blocked(rounds, k)
+    base = np.concatenate([r[0] for r in rounds])
+    win = np.concatenate([r[1] for r in rounds])
+    pooled = float(np.percentile(base, 99) / np.percentile(win, 99))
+    half = np.sqrt(forms["paired"].high / forms["paired"].low)  # no interval of its own here: paired's width lent
+    forms["pooled"] = Interval(value=pooled, low=pooled / half, high=pooled * half)
+    return forms
+
+
 def one_run(run_dir: Path, block_sizes: list[int]) -> None:
     report = load_report(run_dir)
     picked = report.selected_id or report.winner_id
@@ -76,18 +89,14 @@ def one_run(run_dir: Path, block_sizes: list[int]) -> None:
     n = sum(len(b) + len(w) for b, w in rounds)
     print(f"\n{run_dir}: {report.baseline_id} against {picked}, {len(rounds)} rounds, {n} requests; "
           f"report: {report.gain.ratio.value:.3f} ({report.gain.statistic})")
-    forms = {"paired": blocked(rounds, 1)}
-    for k in block_sizes:
-        if len(rounds) // k >= 2:
-            forms[f"blocks of {k}"] = blocked(rounds, k)
-    base = np.concatenate([r[0] for r in rounds])
-    win = np.concatenate([r[1] for r in rounds])
-    pooled = float(np.percentile(base, 99) / np.percentile(win, 99))
-    half = np.sqrt(forms["paired"].high / forms["paired"].low)  # no interval of its own here: paired's width lent
-    forms["pooled"] = Interval(value=pooled, low=pooled / half, high=pooled * half)
+    forms = forms_of(rounds, block_sizes)
+    estimate_rounds = rounds_of(run_dir, (report.baseline_id, picked), ESTIMATE)
+    estimates = forms_of(estimate_rounds, block_sizes) if len(estimate_rounds) >= 2 else {}
     rechecks = load_rechecks(run_dir)
     for label, iv in forms.items():
         line = "  " + show(f"{label:>12}:", iv)
+        if label in estimates:  # the finalist pair's estimate, formed the same way, against this re-measure
+            line += f" (estimate {estimates[label].value:.3f}: {100 * (estimates[label].value / iv.value - 1):+.1f}%)"
         for r in rechecks:
             pa = r.gains.get("p99")
             if pa is not None:

@@ -91,6 +91,7 @@ def test_selected_but_unconfirmed_pick_is_marked() -> None:
     assert "selection estimated 1.400 (winner's curse +0.370)" in text["re-measured gain"]
     assert "the two runs differ" not in text["re-measured gain"]  # no interval for the estimate: no comparison
     assert text["re-measured gain"].startswith("p99 ratio 1.030")  # a report from before the field: pooled
+    assert "their ratio" not in text["re-measured gain"]  # pooled, the ratio is the gain itself
 
 
 def test_a_paired_gain_says_so() -> None:
@@ -99,6 +100,7 @@ def test_a_paired_gain_says_so() -> None:
                 statistic="paired", significant=True)
     text = dict(verdict_lines(make_report(winner_id="c04", selected_id="c04", gain=gain)))["re-measured gain"]
     assert text.startswith("p99 ratio (paired by round) 1.090 [1.020, 1.160]")
+    assert "6.20 ms (their ratio 1.032: pooled, as perf_analyzer prints a p99)" in text
     summary = run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]
     assert summary["statistic"] == "paired" and summary["ratio"] == 1.09
 
