@@ -45,6 +45,7 @@ from typing import cast
 import numpy as np
 
 from gpt_triton.core.cross_check import agreement_interval
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import SLOW_FACTOR, LoadProfile
 from gpt_triton.core.model_info import inspect_model, resolve_shapes, sha256_file
 from gpt_triton.core.records import Candidate, RunReport
@@ -55,6 +56,8 @@ from gpt_triton.measure.paired import paired_ratio_interval
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, PerfAnalyzerClient, find_perf_analyzer
 from gpt_triton.measure.stats import Statistic, window_ratio_interval
 from gpt_triton.measure.tail_edge import tail_shape
+from gpt_triton.recheck import rebased, the_pair
+from gpt_triton.report import load_report
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -78,11 +81,12 @@ def ort_candidate(cid: str, model_path: Path, level: str, spinning: str, baselin
 def from_run(run_dir: Path) -> tuple[Path, Candidate, Candidate]:
     """The model, baseline and the candidate selection picked (the one the re-measure compared with the
     baseline; the winner too, unless its gain was not significant and the baseline was promoted)."""
-    report = RunReport.model_validate_json((run_dir / "report.json").read_text())
-    picked = report.selected_id or report.winner_id
-    if not report.baseline_id or not picked or picked == report.baseline_id:
-        raise SystemExit(f"{run_dir}: selection picked the baseline: there is no pair to compare")
-    return Path(report.model.path), report.candidate(report.baseline_id), report.candidate(picked)
+    report = load_report(run_dir)
+    try:
+        baseline, picked = (rebased(c, report, run_dir) for c in the_pair(report))
+    except GptTritonError as exc:
+        raise SystemExit(f"{run_dir}: {exc}") from None
+    return Path(report.model.path), baseline, picked
 
 
 def server_ms(sample: WindowSample) -> float:

@@ -34,7 +34,8 @@ from gpt_triton.routes._common import iter_calibration
 from gpt_triton.run import write_json_atomic
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
 
-# The tune's own re-measure sends at most this many distinct inputs round-robin; so does the recheck.
+# perf_analyzer cycles through the tuning split's first this many requests (make demo's split holds 45):
+# enough variety for a served model's caches, without a --input-data JSON of megabytes.
 INPUTS = 64
 
 
