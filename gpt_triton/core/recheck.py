@@ -1,7 +1,7 @@
 """A finished tune's gain set against perf_analyzer run as users run it, later (``gpt-triton recheck``).
 
 The tune's re-measured gain describes the minutes it ran in. On this project's 2-core VM, conv_attention's
-p99 gain read 0.90 of what perf_analyzer printed over seven tunes checked within 0.3 h (3 of 7 within 5%),
+p99 gain read 0.86 of what perf_analyzer printed over eight tunes checked within 0.3 h (3 of 8 within 5%),
 0.68-0.88 of it in four checked 7-10 h later, and perf_analyzer's own figure for one pair moved 9-13%
 within an hour (docs/measurement.md, "Request by request, and perf_analyzer's own figure"). A gain is a
 claim about a time as well as a pair; a recheck says how it stands now, with the tool users trust, and

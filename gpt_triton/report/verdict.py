@@ -51,8 +51,8 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
         )
         if gain.statistic == "paired" and gain.metric != "throughput" and gain.winner_ms > 0:
             # perf_analyzer prints one p99 over its requests pooled: the ratio of these two is the like-for-like
-            # figure to set beside its gain (seven conv_attention tunes rechecked at once: 0.94 of it pooled over
-            # them, the paired ratio 0.90, each check +/-15-20% on its own: docs/measurement.md).
+            # figure to set beside its gain (eight conv_attention tunes rechecked at once: 0.90 of it pooled over
+            # them, the paired ratio 0.86, each check +/-15-25% on its own: docs/measurement.md).
             text += f" (their ratio {gain.baseline_ms / gain.winner_ms:.3f}: pooled, as perf_analyzer prints a {gain.metric})"
         if gain.selection_estimate_ratio is not None:
             e = gain.selection_estimate
