@@ -56,12 +56,10 @@ class ClientCrossCheck(BaseModel):
         if not self.within:
             verdict = f"{100 * abs(a.value - 1):.1f}% apart, beyond {tol}"
             verdict += (", and beyond what both intervals allow: the two clients measure this pair differently"
-                        if abs(self.z) > float(stats.norm.ppf(0.975)) else
+                        if beyond_both(self.z) else
                         ", within what both intervals allow: more windows would tell whether the clients differ")
-        elif a.low >= 1 - AGREEMENT_TOLERANCE and a.high <= 1 + AGREEMENT_TOLERANCE:
-            verdict = f"within {tol}, its whole interval too"
         else:
-            verdict = f"within {tol} by the point; the interval reaches beyond it"
+            verdict = within_verdict(a)
         p50 = ", ".join(f"{side} {value:.3f}" for side, value in self.p50_ratio.items())
         if (m := self.p50_agreement) is not None:
             p50 = (f"p50 gains, {self.tuner_client} / {self.client}: {m.value:.3f} [{m.low:.3f}, {m.high:.3f}]; "
@@ -73,6 +71,19 @@ class ClientCrossCheck(BaseModel):
                 f"({self.requests} requests); the {self.tuner_client} client's {self.tuner_ratio.value:.3f} "
                 f"[{self.tuner_ratio.low:.3f}, {self.tuner_ratio.high:.3f}] is {a.value:.3f} [{a.low:.3f}, {a.high:.3f}] "
                 f"of it: {verdict}; {p50}")
+
+
+def within_verdict(agreement: Interval) -> str:
+    """How a ratio of two gains whose point is within :data:`AGREEMENT_TOLERANCE` of 1 stands: its interval too, or not."""
+    tol = f"{100 * AGREEMENT_TOLERANCE:.0f}%"
+    if agreement.low >= 1 - AGREEMENT_TOLERANCE and agreement.high <= 1 + AGREEMENT_TOLERANCE:
+        return f"within {tol}, its whole interval too"
+    return f"within {tol} by the point; the interval reaches beyond it"
+
+
+def beyond_both(z: float) -> bool:
+    """A gap of ``z`` standard errors is beyond what both intervals allow (two-sided 95%)."""
+    return abs(z) > float(stats.norm.ppf(0.975))
 
 
 def agreement_interval(tuner: Interval, other: Interval) -> tuple[Interval, float]:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE
+from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, beyond_both, within_verdict
 from gpt_triton.core.measurements import Interval
 
 
@@ -75,13 +75,12 @@ class Recheck(BaseModel):
         t, a = self.tune_gain, self.agreement
         tol = f"{100 * AGREEMENT_TOLERANCE:.0f}%"
         if self.within:
-            verdict = (f"within {tol}, its whole interval too" if a.low >= 1 - AGREEMENT_TOLERANCE
-                       and a.high <= 1 + AGREEMENT_TOLERANCE else f"within {tol} by the point; the interval reaches beyond it")
+            verdict = within_verdict(a)
         else:
             side = "perf_analyzer reads the larger gain" if a.value < 1 else "the tune claimed the larger gain"
             verdict = (f"{100 * abs(a.value - 1):.1f}% apart, beyond {tol} ({side}); "
                        + ("beyond what both intervals allow: the gain has moved since the tune, or the two measure "
-                          "it differently" if abs(self.z) > 1.96 else
+                          "it differently" if beyond_both(self.z) else
                           "within what both intervals allow: more rounds would tell"))
         out.append(f"the tune's re-measured {self.metric} gain ({self.tune_statistic}, {self.hours_after_tune:.1f} h ago) "
                    f"{t.value:.3f} [{t.low:.3f}, {t.high:.3f}] is {a.value:.3f} [{a.low:.3f}, {a.high:.3f}] of "
