@@ -78,6 +78,7 @@ benchmarks: setup $(DEMO_MODEL)
 	$(BIN)/python benchmarks/search_regret.py
 	$(BIN)/python benchmarks/perf_analyzer_agreement.py
 	$(BIN)/python benchmarks/p99_spread.py
+	$(BIN)/python benchmarks/deploy_loads.py
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache examples/models

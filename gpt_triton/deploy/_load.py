@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from gpt_triton.core.model_info import ModelInfo
 from gpt_triton.core.outcomes import DeployOutcome
-from gpt_triton.core.records import Candidate
+from gpt_triton.core.records import Candidate, DeployInfo
 from gpt_triton.deploy._config import UnservableError, choose_backend, write_model
 from gpt_triton.server import ModelLoadError, TritonServer
 
@@ -24,9 +25,13 @@ def deploy_candidates(
 ) -> Iterator[DeployOutcome]:
     """Load every candidate that has an artifact and has not crashed or failed, as ``c_<id><suffix>``.
 
-    A candidate loaded again (a measured one, on a fresh server for the re-measurement) keeps its
-    status; a built one becomes ``deployed``.
+    Every model is written first, then up to ``server.parallel_loads`` load requests are in flight at once:
+    a python-backend model's load is mostly its stub starting up (about 1.3 s, little of it CPU), so three
+    loads at once take 1.8 s here instead of 4.5 s, and Triton loads models on threads of its own anyway.
+    Outcomes come in the candidates' order, each as its load ends. A candidate loaded again (a measured one,
+    on a fresh server for the re-measurement) keeps its status; a built one becomes ``deployed``.
     """
+    written: list[tuple[Candidate, str, str, DeployInfo] | DeployOutcome] = []
     for candidate in candidates:
         if candidate.artifact is None or candidate.status in ("crashed", "failed"):
             continue
@@ -35,17 +40,44 @@ def deploy_candidates(
             backend = choose_backend(candidate.artifact, server.native_backends)
             info = write_model(staging, name, model, shapes, candidate.artifact, candidate.serving, backend)
         except UnservableError as exc:
-            yield DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"not servable here: {exc}")
+            written.append(DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"not servable here: {exc}"))
             continue
-        try:
-            server.load(staging / name)
-        except ModelLoadError as exc:
-            yield DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"load failed: {exc}")
+        written.append((candidate, name, backend, info))
+    loads = [entry for entry in written if not isinstance(entry, DeployOutcome)]
+    pool = ThreadPoolExecutor(max_workers=max(1, min(server.parallel_loads, len(loads))), thread_name_prefix="triton-load")
+    unreported = {entry[1]: pool.submit(server.load, staging / entry[1]) for entry in loads}
+    try:
+        for entry in written:
+            if isinstance(entry, DeployOutcome):
+                yield entry
+                continue
+            candidate, name, backend, info = entry
+            try:
+                unreported[name].result()
+            except ModelLoadError as exc:
+                del unreported[name]
+                yield DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"load failed: {exc}")
+                continue
+            del unreported[name]
+            if advance is not None:
+                advance(f"{name} loaded ({backend} backend)")
+            status = "deployed" if candidate.status == "built" else candidate.status
+            yield DeployOutcome(candidate_id=candidate.id, status=status, reason=candidate.reason, deploy=info)
+    finally:
+        _drop_unreported(server, unreported)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _drop_unreported(server: TritonServer, unreported: dict[str, Future[None]]) -> None:
+    """After an interrupt (or an abandoned generator), the loads whose outcome nobody received: those not
+    sent are cancelled. On the user's server one already sent is waited for and unloaded, as nobody
+    will unload it otherwise; this run's own server is stopped next, so nothing waits for it."""
+    for name, load in unreported.items():
+        if load.cancel() or server.mode != "remote":
             continue
-        if advance is not None:
-            advance(f"{name} loaded ({backend} backend)")
-        status = "deployed" if candidate.status == "built" else candidate.status
-        yield DeployOutcome(candidate_id=candidate.id, status=status, reason=candidate.reason, deploy=info)
+        with contextlib.suppress(Exception):
+            load.result()
+            server.unload(name)
 
 
 def unload_candidates(server: TritonServer, candidates: Sequence[Candidate]) -> None:

@@ -68,6 +68,9 @@ class TritonServer(ABC):
     metrics_url: str | None = None
     native_backends: frozenset[str] = frozenset()
     repository: Path | None = None
+    # Load requests deploy keeps in flight at once: tritonserver's own --model-load-thread-count default,
+    # so no request waits on the server that a thread of its own would not.
+    parallel_loads: int = 4
 
     def __init__(self) -> None:
         self._client: grpcclient.InferenceServerClient | None = None
