@@ -20,7 +20,7 @@ pair's gain, and beside it the finalist pair's estimate formed the same way from
 and, where ``gpt-triton recheck`` left records in RUN_DIR/rechecks/, each one against perf_analyzer's
 printed p99 gain (both widths added), with the hours between.
 
-    .venv/bin/python benchmarks/gain_statistics.py RUN_DIR [RUN_DIR ...] [--blocks 2 4 8]
+    .venv/bin/python benchmarks/gain_statistics.py RUN_DIR [RUN_DIR ...] [--blocks 2 4 8] [--pair BASELINE OTHER]
 """
 
 from __future__ import annotations
@@ -76,21 +76,23 @@ def forms_of(rounds: list[tuple[np.ndarray, np.ndarray]], block_sizes: list[int]
     return forms
 
 
-def one_run(run_dir: Path, block_sizes: list[int]) -> None:
+def one_run(run_dir: Path, block_sizes: list[int], pair: tuple[str, str] | None = None) -> None:
     report = load_report(run_dir)
-    picked = report.selected_id or report.winner_id
-    if report.gain is None or not report.baseline_id or not picked or picked == report.baseline_id:
-        print(f"{run_dir}: no re-measured pair")
+    picked = pair[1] if pair else report.selected_id or report.winner_id
+    baseline = pair[0] if pair else report.baseline_id
+    if not pair and (report.gain is None or not baseline or not picked or picked == baseline):
+        print(f"{run_dir}: no re-measured pair (a re-measure in turns with the finalists ran even so: --pair BASE WIN)")
         return
-    rounds = rounds_of(run_dir, (report.baseline_id, picked))
+    assert baseline and picked
+    rounds = rounds_of(run_dir, (baseline, picked))
     if len(rounds) < 2:
         print(f"{run_dir}: windows.csv keeps no request latencies for the re-measure (a tune before they were kept)")
         return
     n = sum(len(b) + len(w) for b, w in rounds)
-    print(f"\n{run_dir}: {report.baseline_id} against {picked}, {len(rounds)} rounds, {n} requests; "
-          f"report: {report.gain.ratio.value:.3f} ({report.gain.statistic})")
+    claimed = f"{report.gain.ratio.value:.3f} ({report.gain.statistic})" if report.gain else "no gain claimed"
+    print(f"\n{run_dir}: {baseline} against {picked}, {len(rounds)} rounds, {n} requests; report: {claimed}")
     forms = forms_of(rounds, block_sizes)
-    estimate_rounds = rounds_of(run_dir, (report.baseline_id, picked), ESTIMATE)
+    estimate_rounds = rounds_of(run_dir, (baseline, picked), ESTIMATE)
     estimates = forms_of(estimate_rounds, block_sizes) if len(estimate_rounds) >= 2 else {}
     rechecks = load_rechecks(run_dir)
     for label, iv in forms.items():
@@ -114,9 +116,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--blocks", nargs="*", type=int, default=[2, 4, 8])
+    parser.add_argument("--pair", nargs=2, metavar=("BASELINE", "OTHER"),
+                        help="candidate ids to read instead of the report's pair (a run that kept its baseline)")
     args = parser.parse_args()
     for run_dir in args.run_dirs:
-        one_run(run_dir, args.blocks)
+        one_run(run_dir, args.blocks, tuple(args.pair) if args.pair else None)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ def deploy_candidates(
     """Load every candidate that has an artifact and has not crashed or failed, as ``c_<id><suffix>``.
 
     Every model is written first, then up to ``server.parallel_loads`` load requests are in flight at once:
-    a python-backend model's load is mostly its stub starting up (about 1.3 s, little of it CPU), so three
-    loads at once take 1.8 s here instead of 4.5 s, and Triton loads models on threads of its own anyway.
-    Outcomes come in the candidates' order, each as its load ends. A candidate loaded again (a measured one,
+    much of a load is waiting (a python stub starting, a session or engine being created), and Triton loads
+    on threads of its own. Eight conv_attention candidates loaded in 1.64 s so, 2.97 s one at a time
+    (benchmarks/deploy_loads.py). Outcomes come in the candidates' order, each as its load ends. A candidate loaded again (a measured one,
     on a fresh server for the re-measurement) keeps its status; a built one becomes ``deployed``.
     """
     written: list[tuple[Candidate, str, str, DeployInfo] | DeployOutcome] = []

@@ -103,6 +103,7 @@ def test_a_paired_gain_says_so() -> None:
     assert "6.20 ms (their ratio 1.032: pooled, as perf_analyzer prints a p99)" in text
     summary = run_summary(make_report(winner_id="c04", selected_id="c04", gain=gain))["gain"]
     assert summary["statistic"] == "paired" and summary["ratio"] == 1.09
+    assert summary["pooled_ratio"] == pytest.approx(6.4 / 6.2)  # for a script to set beside perf_analyzer's
 
 
 def test_the_estimate_and_the_re_measure_are_judged_against_both_widths() -> None:

@@ -114,6 +114,30 @@ class ServerConformance:
         assert not any(server.client().is_model_ready(n) for n in names)
         assert all(server.model_state(n)[0] not in ("READY", "LOADING", "UNLOADING") for n in names)
 
+    def test_loads_from_several_threads_at_once_all_serve(self, server: TritonServer, staging: Path, tiny_model_path: Path) -> None:
+        """deploy_candidates keeps ``server.parallel_loads`` loads in flight: load() is called from that many
+        threads at once, and each model must end up served, one of them broken failing alone."""
+        assert server.parallel_loads >= 1
+        names = [unique("par") for _ in range(max(2, server.parallel_loads))]
+        info = inspect_model(tiny_model_path)
+        for name in names:
+            write_model(staging, name, info, resolve_shapes(info, {}),
+                        artifact_for(tiny_model_path, "onnxruntime", ORT_OPTIONS), Route(family="serving"), "python")
+        broken = names[-1]
+        (staging / broken / "1" / tiny_model_path.name).write_bytes(b"not an onnx model")
+        with ThreadPoolExecutor(len(names)) as pool:
+            loads = {name: pool.submit(server.load, staging / name) for name in names}
+        try:
+            with pytest.raises(ModelLoadError):
+                loads[broken].result()
+            x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
+            for name in names[:-1]:
+                loads[name].result()
+                np.testing.assert_allclose(infer(server.client(), name, {"x": x}, ["y"])["y"],
+                                           reference(tiny_model_path, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+        finally:
+            server.unload_many([name for name in names[:-1] if server.client().is_model_ready(name)])
+
     def test_openvino_route_serves_reference_outputs(self, server: TritonServer, staging: Path, conv_attention_path: Path) -> None:
         name = unique("ov")
         deploy(server, staging, name, conv_attention_path, artifact_for(conv_attention_path, "openvino", OV_F32_OPTIONS))
