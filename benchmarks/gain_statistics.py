@@ -81,12 +81,14 @@ def one_run(run_dir: Path, block_sizes: list[int], pair: tuple[str, str] | None 
     picked = pair[1] if pair else report.selected_id or report.winner_id
     baseline = pair[0] if pair else report.baseline_id
     if not pair and (report.gain is None or not baseline or not picked or picked == baseline):
-        print(f"{run_dir}: no re-measured pair (a re-measure in turns with the finalists ran even so: --pair BASE WIN)")
+        print(f"{run_dir}: no re-measured pair (if its re-measure ran even so, as in turns with the finalists, "
+              "name the pair: --pair BASELINE OTHER)")
         return
     assert baseline and picked
     rounds = rounds_of(run_dir, (baseline, picked))
     if len(rounds) < 2:
-        print(f"{run_dir}: windows.csv keeps no request latencies for the re-measure (a tune before they were kept)")
+        print(f"{run_dir}: windows.csv has no two re-measure rounds of {baseline} and {picked} with request latencies "
+              "(a tune before they were kept, or a pair that was not re-measured)")
         return
     n = sum(len(b) + len(w) for b, w in rounds)
     claimed = f"{report.gain.ratio.value:.3f} ({report.gain.statistic})" if report.gain else "no gain claimed"
