@@ -32,8 +32,7 @@ def one_run(run_dir: Path, rounds: int, interval_ms: int) -> None:
     for line in record.lines():
         print("  " + line)
     gain = load_report(run_dir).gain
-    if gain is not None and gain.metric in record.gains:
-        pooled = gain.baseline_ms / gain.winner_ms
+    if gain is not None and gain.metric in record.gains and (pooled := gain.pooled_ratio()) is not None:
         half = np.sqrt(gain.ratio.high / gain.ratio.low)
         ratio, _ = agreement_interval(Interval(value=pooled, low=pooled / half, high=pooled * half),
                                       record.gains[gain.metric])

@@ -110,6 +110,11 @@ class Gain(BaseModel):
     # re-measure (measure.cross_check), and how far the two are apart; None when not asked or not run.
     cross_check: ClientCrossCheck | None = None
 
+    def pooled_ratio(self) -> float | None:
+        """``baseline_ms / winner_ms``: one figure a side over every request, the statistic perf_analyzer prints
+        (for a throughput objective the two are p99s, not the gain's metric); None without a winner figure."""
+        return self.baseline_ms / self.winner_ms if self.winner_ms > 0 else None
+
     def between_runs(self) -> RatioGap | None:
         """The selection estimate against this re-measure, when the finalist run gave it an interval."""
         return None if self.selection_estimate is None else \

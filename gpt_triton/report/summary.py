@@ -48,10 +48,7 @@ def run_summary(report: RunReport) -> dict[str, Any]:
         "gain": None if gain is None else {
             "metric": gain.metric, "statistic": gain.statistic, "ratio": gain.ratio.value, "low": gain.ratio.low, "high": gain.ratio.high,
             "level": gain.ratio.level, "significant": gain.significant, "winner_ms": gain.winner_ms,
-            "baseline_ms": gain.baseline_ms,
-            # baseline_ms / winner_ms: one figure a side over every request, the statistic perf_analyzer prints
-            # (for a throughput objective the two are p99s, and this is not the gain's metric).
-            "pooled_ratio": gain.baseline_ms / gain.winner_ms if gain.winner_ms > 0 else None,
+            "baseline_ms": gain.baseline_ms, "pooled_ratio": gain.pooled_ratio(),
             "selection_estimate_ratio": gain.selection_estimate_ratio,
             "selection_estimate_low": None if gain.selection_estimate is None else gain.selection_estimate.low,
             "selection_estimate_high": None if gain.selection_estimate is None else gain.selection_estimate.high,

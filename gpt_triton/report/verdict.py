@@ -49,11 +49,11 @@ def _gain_lines(report: RunReport) -> list[tuple[str, str]]:
             f"{gain.metric} ratio{_PAIRED[gain.statistic]} {r.value:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} CI); "
             f"{latency}baseline {fmt_ms(gain.baseline_ms)} ms -> {_who(report, contender)} {fmt_ms(gain.winner_ms)} ms"
         )
-        if gain.statistic == "paired" and gain.metric != "throughput" and gain.winner_ms > 0:
+        if gain.statistic == "paired" and gain.metric != "throughput" and (pooled := gain.pooled_ratio()) is not None:
             # perf_analyzer prints one p99 over its requests pooled: the ratio of these two is the like-for-like
             # figure to set beside its gain (eight conv_attention tunes rechecked at once: 0.90 of it pooled over
             # them, the paired ratio 0.86, each check +/-15-25% on its own: docs/measurement.md).
-            text += f" (their ratio {gain.baseline_ms / gain.winner_ms:.3f}: pooled, as perf_analyzer prints a {gain.metric})"
+            text += f" (their ratio {pooled:.3f}: pooled, as perf_analyzer prints a {gain.metric})"
         if gain.selection_estimate_ratio is not None:
             e = gain.selection_estimate
             interval = f" [{e.low:.3f}, {e.high:.3f}]" if e is not None else ""
