@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpt_triton.core.model_info import ModelInfo, inspect_model, resolve_shapes  # noqa: E402
+from gpt_triton.core.outcomes import apply_outcomes  # noqa: E402
 from gpt_triton.core.records import Candidate  # noqa: E402
 from gpt_triton.deploy import deploy_candidates, unload_candidates  # noqa: E402
 from gpt_triton.routes import BuildContext, Route, get_family  # noqa: E402
@@ -43,9 +44,11 @@ def candidates(root: Path, count: int) -> tuple[list[Candidate], ModelInfo, dict
     write_calibration(info, shapes, root / "calibration.npz")
     context = BuildContext(model=info, shapes=shapes, calibration_npz=str(root / "calibration.npz"))
     serving = get_family("serving").default_route(info)
-    variants: dict[str, list[dict[str, object]]] = {"onnxruntime": [{}, {"graph_optimization_level": "basic"}, {"intra_op_threads": 1},
-                                {"allow_spinning": False}, {"execution_mode": "parallel"}],
-                "openvino": [{}, {"num_streams": 2}, {"performance_hint": "THROUGHPUT"}, {"inference_precision": "f32"}]}
+    variants: dict[str, list[dict[str, object]]] = {
+        "onnxruntime": [{}, {"graph_optimization_level": "basic"}, {"intra_op_threads": 1}, {"allow_spinning": False},
+                        {"execution_mode": "parallel"}],
+        "openvino": [{}, {"num_streams": 2}, {"performance_hint": "THROUGHPUT"}, {"inference_precision": "f32"}],
+    }
     built: list[Candidate] = []
     for index in range(count):
         family = ("onnxruntime", "openvino")[index % 2]
@@ -70,11 +73,9 @@ def one_round(way: str, built: list[Candidate], info: ModelInfo, shapes: dict[st
         began = time.perf_counter()
         outcomes = list(deploy_candidates(server, root / way / "staging", copies, info, shapes))
         times["deploy"] = time.perf_counter() - began
-        failed = [o for o in outcomes if o.status == "failed"]
-        if failed:
-            raise SystemExit(f"{way}: {failed[0].candidate_id} did not load: {failed[0].reason}")
-        for candidate, outcome in zip(copies, outcomes, strict=True):
-            candidate.deploy = outcome.deploy
+        apply_outcomes(copies, outcomes)
+        if failed := [c for c in copies if c.status == "failed"]:
+            raise SystemExit(f"{way}: {failed[0].id} did not load: {failed[0].reason}")
         began = time.perf_counter()
         unload_candidates(server, copies)
         times["unload"] = time.perf_counter() - began

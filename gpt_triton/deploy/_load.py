@@ -28,8 +28,9 @@ def deploy_candidates(
     Every model is written first, then up to ``server.parallel_loads`` load requests are in flight at once:
     much of a load is waiting (a python stub starting, a session or engine being created), and Triton loads
     on threads of its own. Eight conv_attention candidates loaded in 1.64 s so, 2.97 s one at a time
-    (benchmarks/deploy_loads.py). Outcomes come in the candidates' order, each as its load ends. A candidate loaded again (a measured one,
-    on a fresh server for the re-measurement) keeps its status; a built one becomes ``deployed``.
+    (benchmarks/deploy_loads.py). Outcomes come in the candidates' order, each as its load ends. A candidate
+    loaded again (a measured one, on a fresh server for the re-measurement) keeps its status; a built one
+    becomes ``deployed``.
     """
     written: list[tuple[Candidate, str, str, DeployInfo] | DeployOutcome] = []
     for candidate in candidates:
@@ -53,12 +54,14 @@ def deploy_candidates(
                 continue
             candidate, name, backend, info = entry
             try:
-                unreported[name].result()
+                unreported[name].result()  # an interrupt here leaves it unreported, for _drop_unreported
+                failure = None
             except ModelLoadError as exc:
-                del unreported[name]
-                yield DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"load failed: {exc}")
-                continue
+                failure = exc
             del unreported[name]
+            if failure is not None:
+                yield DeployOutcome(candidate_id=candidate.id, status="failed", reason=f"load failed: {failure}")
+                continue
             if advance is not None:
                 advance(f"{name} loaded ({backend} backend)")
             status = "deployed" if candidate.status == "built" else candidate.status

@@ -5,6 +5,7 @@ leaves nothing loaded there that nobody would unload."""
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,16 +13,16 @@ import pytest
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
 from gpt_triton.core.outcomes import apply_outcomes
 from gpt_triton.core.records import Candidate
-from gpt_triton.core.routes import Artifact, Route
+from gpt_triton.core.routes import Route
 from gpt_triton.deploy import deploy_candidates, unload_candidates
 from gpt_triton.server import EmbeddedTriton, RemoteTriton
+from gpt_triton.testing.conformance.servers import artifact_for
 
 pytestmark = pytest.mark.slow
 
 
 def _candidates(model: Path, ids: list[str]) -> list[Candidate]:
-    artifact = Artifact(family="onnxruntime", runtime="onnxruntime", route=Route(family="onnxruntime"),
-                        directory=str(model.parent), files=[model.name])
+    artifact = artifact_for(model, "onnxruntime", {})
     return [Candidate(id=cid, family="onnxruntime", route=Route(family="onnxruntime"),
                       serving=Route(family="serving"), status="built", artifact=artifact) for cid in ids]
 
@@ -59,6 +60,11 @@ def test_a_deploy_given_up_after_its_first_outcome_leaves_nothing_else_on_a_user
         outcomes = deploy_candidates(remote, tmp_path / "staging", candidates, info, shapes)
         first = next(outcomes)
         outcomes.close()  # as an interrupt between two outcomes does
+        # Every load request sent has now ended (deploy's worker threads exit once their request returns):
+        # a load close() left in flight would show as a ready model below, not race past the check.
+        for worker in [t for t in threading.enumerate() if t.name.startswith("triton-load")]:
+            worker.join(timeout=60)
+            assert not worker.is_alive(), f"{worker.name} still loading after 60 s"
         try:
             assert first.candidate_id == "gone_a" and first.status == "deployed"
             # A model loaded with a config override (as a remote load is) is missing from the repository
