@@ -9,7 +9,13 @@ several run directories one after another and adds one comparison the command do
 own pooled figures (``baseline_ms / winner_ms``, the statistic perf_analyzer's printed p99 is), with the
 re-measure's width lent to them.
 
+With ``--kept`` it measures nothing: for each run it lists the rechecks kept in ``RUN_DIR/rechecks`` and the
+latest one's pair pooled over those alike (:func:`gpt_triton.core.recheck.pool_rechecks`), then the tune's gain
+as a fraction of each run's pooled perf_analyzer gain, over the runs (how many within 5%, and a random-effects
+mean across them).
+
     .venv/bin/python benchmarks/perf_analyzer_as_run.py RUN_DIR [RUN_DIR ...] [--rounds 6] [--interval-ms 5000]
+    .venv/bin/python benchmarks/perf_analyzer_as_run.py RUN_DIR [RUN_DIR ...] --kept
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt_triton.core.cross_check import agreement_interval
+from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval
 from gpt_triton.core.errors import GptTritonError
-from gpt_triton.core.measurements import Interval
+from gpt_triton.core.measurements import Interval, between_servers
+from gpt_triton.core.recheck import pool_rechecks
 from gpt_triton.recheck import recheck
-from gpt_triton.report import load_report
+from gpt_triton.report import load_rechecks, load_report
 
 
 def one_run(run_dir: Path, rounds: int, interval_ms: int) -> None:
@@ -41,12 +48,49 @@ def one_run(run_dir: Path, rounds: int, interval_ms: int) -> None:
     print(f"  wrote {path}")
 
 
+def kept(run_dir: Path) -> Interval | None:
+    """Print ``run_dir``'s rechecks and their series; the tune's gain / the pooled one, None without a series."""
+    print(f"\n{run_dir}")
+    records = load_rechecks(run_dir)
+    if not records:
+        print("  no rechecks kept")
+        return None
+    latest = records[-1]
+    for r in records:
+        g = r.gains.get(r.metric)
+        mark = "" if r.alike(latest) else " (not alike the latest: left out)"
+        print(f"  {r.created} at {r.hours_after_tune:.1f} h: {r.complete_rounds}/{len(r.rounds)} rounds, perf_analyzer's "
+              f"{r.metric} gain " + (f"{g.value:.3f} [{g.low:.3f}, {g.high:.3f}]" if g else "none") + mark)
+    series = pool_rechecks(records, latest)
+    if series is None:
+        print("  one recheck alike: nothing to pool")
+        return None
+    print("  " + series.line(latest.tune_gain, latest.tune_statistic))
+    return series.agreement
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's -p (its default: 5000)")
+    parser.add_argument("--kept", action="store_true", help="measure nothing: pool the rechecks each run kept")
     args = parser.parse_args()
+    if args.kept:
+        try:
+            found = {run_dir: kept(run_dir) for run_dir in args.run_dirs}
+        except GptTritonError as exc:
+            raise SystemExit(str(exc)) from None
+        pooled = [a for a in found.values() if a is not None]
+        if pooled:
+            within = sum(abs(a.value - 1) <= AGREEMENT_TOLERANCE for a in pooled)
+            print(f"\nthe tune's gain / perf_analyzer's pooled over its rechecks: {within} of {len(pooled)} runs within "
+                  f"{100 * AGREEMENT_TOLERANCE:.0f}% (" + ", ".join(f"{a.value:.3f}" for a in pooled) + ")")
+            if len(pooled) > 1:
+                mean, spread = between_servers(pooled)
+                print(f"over the runs (random effects): {mean.value:.3f} [{mean.low:.3f}, {mean.high:.3f}]; "
+                      f"Q {spread.q:.2f} on {len(pooled) - 1} df, p {spread.p_value:.2g}")
+        return
     for run_dir in args.run_dirs:
         try:
             one_run(run_dir, args.rounds, args.interval_ms)

@@ -5,7 +5,8 @@ embedded Triton (started and always stopped) or on the user's (``--triton-url``:
 model-repository API, as the tune loads them, and unloaded afterwards), or perf_analyzer runs on models
 the user's server already serves (``--models BASELINE WINNER``). Each round runs perf_analyzer once on each
 at its own defaults (:mod:`gpt_triton.measure.as_run`) with the tune's tuning-split inputs. The answer is
-written to ``RUN_DIR/rechecks/<time>.json`` whole or not at all; report.json is never touched.
+written to ``RUN_DIR/rechecks/<time>.json`` whole or not at all, with perf_analyzer's gain pooled over this
+and the earlier rechecks alike (:class:`gpt_triton.core.recheck.RecheckSeries`); report.json is never touched.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from tritonclient.utils import InferenceServerException
 
 from gpt_triton.core.cross_check import agreement_interval
 from gpt_triton.core.errors import GptTritonError, TransientError
-from gpt_triton.core.recheck import Recheck, RecheckRound, hours_between
+from gpt_triton.core.recheck import Recheck, RecheckRound, hours_between, pool_rechecks
 from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import BuildContext
 from gpt_triton.deploy import deploy_candidates, unload_candidates
 from gpt_triton.measure.as_run import Model, RoundResult, paired_gains, run_rounds
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, find_perf_analyzer, input_data
-from gpt_triton.report import load_report
+from gpt_triton.report import load_rechecks, load_report
 from gpt_triton.routes._common import iter_calibration
 from gpt_triton.run import write_json_atomic
 from gpt_triton.server import EmbeddedTriton, RemoteTriton, TritonServer
@@ -133,6 +134,7 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
     named = None if models is None else {"baseline": parse_model(models[0]), "winner": parse_model(models[1])}
     report = load_report(run_dir)
     baseline, winner = (rebased(c, report, run_dir) for c in the_pair(report))
+    earlier = load_rechecks(run_dir)  # before anything runs: a record that does not read is one line, nothing measured
     requests = tuning_inputs(run_dir, report)
     tool = tool or find_perf_analyzer(required=True)
     assert tool is not None
@@ -172,11 +174,13 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
         created=now, run_id=report.run_id, tune_created=report.created, hours_after_tune=hours_between(report.created, now),
         baseline_id=baseline.id, winner_id=winner.id,
         baseline_model=_label(served["baseline"]), winner_model=_label(served["winner"]),
-        triton_mode="remote" if triton_url else "embedded", perf_analyzer=version, interval_ms=interval_ms,
+        triton_mode="remote" if triton_url else "embedded", server=server.grpc_url if triton_url else "",
+        perf_analyzer=version, interval_ms=interval_ms,
         requests=len(requests), rounds=[_as_record(r) for r in results], gains=gains,
         metric=report.spec.objective.metric, tune_gain=gain.ratio if gain is not None else None,
         tune_statistic=gain.statistic if gain is not None else "", agreement=agreement, z=z,
     )
+    record.series = pool_rechecks(earlier, record)
     path = run_dir / "rechecks" / f"{re.sub(r'[^0-9T]', '', now[:19])}Z.json"
     path.parent.mkdir(exist_ok=True)
     write_json_atomic(path, record.model_dump_json(indent=1))

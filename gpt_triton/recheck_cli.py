@@ -13,8 +13,9 @@ def register(subparsers: Any) -> None:
         description="Serve RUN_DIR's baseline and selected candidate again and run NVIDIA's perf_analyzer on each, "
         "at its own defaults (-p 5000, three stable windows, the p99 it prints), once a model a round, the order "
         "flipping every round; print its p50 and p99 gains paired by round beside the tune's re-measured gain and "
-        "write them to RUN_DIR/rechecks/<time>.json. A gain describes the minutes it was measured in: recheck it "
-        "later, or on the server you deploy to.",
+        "write them to RUN_DIR/rechecks/<time>.json, with perf_analyzer's gain pooled over this and the earlier "
+        "rechecks alike (same pair, server and -p; a random-effects mean). A gain describes the minutes it was "
+        "measured in: recheck it later, again, or on the server you deploy to.",
     )
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="directory written by `gpt-triton tune`")
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one perf_analyzer run per model (default 6)")

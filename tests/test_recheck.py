@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from gpt_triton.cli import main
-from gpt_triton.core.measurements import Interval
+from gpt_triton.core.measurements import Interval, between_servers
 from gpt_triton.core.model_info import inspect_model, resolve_shapes
-from gpt_triton.core.recheck import Recheck, RecheckRound, hours_between
+from gpt_triton.core.recheck import Recheck, RecheckRound, hours_between, pool_rechecks
 from gpt_triton.core.records import Candidate, Gain, Machine, RunReport
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.deploy import write_model
@@ -89,11 +89,23 @@ def test_recheck_on_an_embedded_server_prints_and_keeps_perf_analyzers_gains(
         finished_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
+    # Two rechecks made before: one alike (pooled with this one), one with perf_analyzer's default -p (left out).
+    (run_dir / "rechecks").mkdir()
+    earlier = _record(None, interval_ms=400).model_copy(update={
+        "run_id": "r1", "baseline_model": "c_c00_recheck", "winner_model": "c_c01_recheck", "hours_after_tune": 0.5})
+    (run_dir / "rechecks" / "20200101T000000Z.json").write_text(earlier.model_dump_json())
+    other = earlier.model_copy(update={"interval_ms": 5000, "gains": {"p99": Interval(value=9.0, low=8.0, high=10.0)}})
+    (run_dir / "rechecks" / "20200101T000001Z.json").write_text(other.model_dump_json())
     before = _tritonservers()
     assert main(["recheck", str(run_dir), *FAST]) == 0
     out = capsys.readouterr().out
     assert "perf_analyzer's p99 gain, paired by round" in out and "of perf_analyzer's" in out
-    record = _written(run_dir)
+    files = sorted((run_dir / "rechecks").glob("*.json"))
+    assert len(files) == 3 and not list((run_dir / "rechecks").glob(".*")), "one record more, no temp file left"
+    record = Recheck.model_validate_json(files[-1].read_text())
+    assert record.series is not None and record.series.rechecks == 2 and "pooled over the 2 rechecks alike" in out
+    pooled, _ = between_servers([earlier.gains["p99"], record.gains["p99"]])
+    assert record.series.gain == pooled and record.series.first_hours == 0.5
     assert [r.first for r in record.rounds] == ["baseline", "winner"]  # the order flips every round
     assert all(r.baseline_p99_ms and r.winner_p99_ms and r.baseline_p50_ms and r.winner_p50_ms for r in record.rounds)
     assert all(0 < r.baseline_p50_ms <= r.baseline_p99_ms for r in record.rounds if r.baseline_p50_ms and r.baseline_p99_ms)
@@ -160,6 +172,15 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, finished_run: 
     assert main(["recheck", str(finished_run), "--triton-url", "localhost:1", "--models", "a", "b:x"]) == 2
     _one_line(capsys, "NAME:VERSION")
     assert not (finished_run / "rechecks").exists() and not (kept / "rechecks").exists()
+    # A record in rechecks/ that does not read: one line before perf_analyzer or a server starts, nothing written.
+    broken = tmp_path / "broken"
+    shutil.copytree(finished_run, broken)
+    (broken / "rechecks").mkdir()
+    (broken / "rechecks" / "20261207T120000Z.json").write_text('{"run_id": "r"}')
+    before = _tritonservers()
+    assert main(["recheck", str(broken)]) == 2
+    _one_line(capsys, "20261207T120000Z.json is not a recheck record")
+    assert [p.name for p in (broken / "rechecks").iterdir()] == ["20261207T120000Z.json"] and _tritonservers() == before
 
 
 @needs_perf_analyzer
@@ -192,10 +213,10 @@ def test_paired_gains_use_complete_rounds_only() -> None:
     assert paired_gains(rounds[:2]) == {}  # one complete round gives no interval
 
 
-def _record(agreement: Interval | None, z: float = 0.0) -> Recheck:
+def _record(agreement: Interval | None, z: float = 0.0, interval_ms: int = 5000) -> Recheck:
     return Recheck(created="2026-12-07T12:00:00+00:00", run_id="r", tune_created="2026-12-07T09:00:00+00:00",
                    hours_after_tune=3.0, baseline_id="c00", winner_id="c01", baseline_model="a", winner_model="b",
-                   triton_mode="embedded", perf_analyzer="Perf Analyzer Version 2.41.0", interval_ms=5000, requests=8,
+                   triton_mode="embedded", perf_analyzer="Perf Analyzer Version 2.41.0", interval_ms=interval_ms, requests=8,
                    rounds=[RecheckRound(first="baseline"), RecheckRound(first="winner", note="baseline: exit 99")],
                    gains={"p99": Interval(value=2.0, low=1.8, high=2.2)}, metric="p99",
                    tune_gain=Interval(value=2.0, low=1.9, high=2.1) if agreement else None, tune_statistic="paired",
@@ -234,3 +255,48 @@ def test_report_md_lists_the_rechecks_and_a_bad_record_is_one_line(
     assert main(["report", str(run_dir), "--no-summary"]) == 2
     _one_line(capsys, "20261207T120000Z.json is not a recheck record")
     assert not (run_dir / "report.md").exists() and not (run_dir / "plots").exists()
+
+
+def _gain(value: float, low: float, high: float, **update: object) -> Recheck:
+    return _record(Interval(value=1.0, low=0.9, high=1.1)).model_copy(
+        update={"gains": {"p99": Interval(value=value, low=low, high=high)}, **update})
+
+
+def test_rechecks_alike_pool_as_servers_do_and_the_tune_is_set_against_the_pooled_gain() -> None:
+    first, second = _gain(1.9, 1.6, 2.25, hours_after_tune=0.3), _gain(1.4, 1.25, 1.55, hours_after_tune=1.4)
+    series = pool_rechecks([first], second)
+    assert series is not None and (series.rechecks, series.rounds) == (2, 2)
+    assert (series.first_hours, series.last_hours) == (0.3, 1.4)
+    pooled, spread = between_servers([first.gains["p99"], second.gains["p99"]])
+    assert series.gain == pooled and spread.between_sd > 0  # 1.9 against 1.4: beyond both intervals
+    assert series.agreement is not None and series.agreement.value == pytest.approx(2.0 / pooled.value)
+    line = series.line(second.tune_gain, "paired")
+    assert "pooled over the 2 rechecks alike (2 rounds, 0.3-1.4 h after the tune; a between-recheck sd of" in line
+    assert "the tune's (paired) is" in line and "of it:" in line
+
+    # Not alike, so left out: another -p, another server, another pair; a recheck with no p99 gain adds nothing.
+    unlike = [_gain(9.0, 8.0, 10.0, interval_ms=400), _gain(9.0, 8.0, 10.0, triton_mode="remote", server="h:8001"),
+              _gain(9.0, 8.0, 10.0, winner_id="c02"), second.model_copy(update={"gains": {}})]
+    assert pool_rechecks(unlike, first) is None  # the first alone: nothing to pool
+    again = pool_rechecks([*unlike, first, second], second)  # ``like`` among the records counts once
+    assert again is not None and again.rechecks == 2 and again.gain == pooled
+
+    # Alike and within their intervals: no between-recheck sd, and the tune within 5% of the pooled gain.
+    near = pool_rechecks([_gain(2.02, 1.8, 2.25)], _gain(1.98, 1.8, 2.2))
+    assert near is not None and near.spread.between_sd == 0 and near.within
+    assert "no spread beyond their own intervals" in near.line() and "the tune's" not in near.line()
+
+
+def test_a_record_keeps_its_series_and_prints_it_and_report_md_pools_the_latest_pair(finished_run: Path) -> None:
+    from gpt_triton.report import render_markdown
+
+    first, second = _gain(1.9, 1.6, 2.25), _gain(1.4, 1.25, 1.55)
+    second.series = pool_rechecks([first], second)
+    kept = Recheck.model_validate_json(second.model_dump_json())
+    assert kept.series == second.series and kept.lines()[-1].startswith("pooled over the 2 rechecks alike")
+    old = Recheck.model_validate_json(second.model_dump_json(exclude={"series", "server"}))  # written before them
+    assert old.series is None and old.server == "" and old.alike(second)
+    report = RunReport.model_validate_json((finished_run / "report.json").read_text())
+    text = render_markdown(report, {}, rechecks=[first, old])
+    assert "Pooled over the 2 rechecks alike" in text.split("## Rechecked with perf_analyzer", 1)[1]
+    assert "Pooled over" not in render_markdown(report, {}, rechecks=[first])

@@ -5,18 +5,22 @@ p99 gain read 0.86 of what perf_analyzer printed over eight tunes checked within
 0.68-0.88 of it in four checked 7-10 h later, and perf_analyzer's own figure for one pair moved 9-13%
 within an hour (docs/measurement.md, "Request by request, and perf_analyzer's own figure"). A gain is a
 claim about a time as well as a pair; a recheck says how it stands now, with the tool users trust, and
-keeps each answer in the run directory.
+keeps each answer in the run directory. One recheck is a few minutes of perf_analyzer and no 5% reference
+on its own (six tunes checked at once: 1 of 6 within 5%); the rechecks of a pair made alike are pooled
+(:class:`RecheckSeries`), so that each one made later narrows the reference the tune's gain is set against
+(the same six pooled over 2-5 checks each: 5 of 6 within 5%, benchmarks/results/recheck_series_2026-12-07.txt).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel
 
-from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, beyond_both, within_verdict
-from gpt_triton.core.measurements import Interval
+from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval, beyond_both, within_verdict
+from gpt_triton.core.measurements import Interval, ServerSpread, between_servers
 
 
 class RecheckRound(BaseModel):
@@ -42,6 +46,7 @@ class Recheck(BaseModel):
     baseline_model: str  # the served names perf_analyzer ran on (name or name:version)
     winner_model: str
     triton_mode: Literal["embedded", "remote"]
+    server: str = ""  # --triton-url's gRPC endpoint ("" on an embedded server, and in records written before it)
     perf_analyzer: str  # its --version line
     interval_ms: int  # perf_analyzer's -p
     requests: int  # distinct inputs in its --input-data (the tune's tuning split)
@@ -53,6 +58,8 @@ class Recheck(BaseModel):
     tune_statistic: str = ""  # how the tune formed it (measure.gain_statistic)
     agreement: Interval | None = None  # tune / perf_analyzer, the two read as independent
     z: float = 0.0
+    # This recheck and the earlier ones alike (:func:`pool_rechecks`), pooled; None when it is the first alike.
+    series: RecheckSeries | None = None
 
     @property
     def complete_rounds(self) -> int:
@@ -71,21 +78,89 @@ class Recheck(BaseModel):
                        f"({self.complete_rounds} rounds)")
         if self.tune_gain is None or self.agreement is None:
             out.append(f"the tune has no {self.metric} gain that perf_analyzer prints: nothing to set against it")
-            return out
+            return out + ([self.series.line()] if self.series is not None else [])
         t, a = self.tune_gain, self.agreement
-        tol = f"{100 * AGREEMENT_TOLERANCE:.0f}%"
-        if self.within:
-            verdict = within_verdict(a)
-        else:
-            side = "perf_analyzer reads the larger gain" if a.value < 1 else "the tune claimed the larger gain"
-            verdict = (f"{100 * abs(a.value - 1):.1f}% apart, beyond {tol} ({side}); "
-                       + ("beyond what both intervals allow: the gain has moved since the tune, or the two measure "
-                          "it differently" if beyond_both(self.z) else
-                          "within what both intervals allow: more rounds would tell"))
         out.append(f"the tune's re-measured {self.metric} gain ({self.tune_statistic}, {self.hours_after_tune:.1f} h ago) "
                    f"{t.value:.3f} [{t.low:.3f}, {t.high:.3f}] is {a.value:.3f} [{a.low:.3f}, {a.high:.3f}] of "
-                   f"perf_analyzer's: {verdict}")
+                   f"perf_analyzer's: {_verdict(a, self.z, 'more rounds would tell')}")
+        if self.series is not None:
+            out.append(self.series.line(t, self.tune_statistic))
         return out
+
+    def alike(self, other: Recheck) -> bool:
+        """The same pair, served the same way and measured by perf_analyzer alike: the same run's baseline and
+        pick under the same served names, on the same kind of server (and the same URL), with the same ``-p``."""
+        return (self.run_id, self.baseline_id, self.winner_id, self.baseline_model, self.winner_model,
+                self.triton_mode, self.server, self.interval_ms, self.metric) == (
+                other.run_id, other.baseline_id, other.winner_id, other.baseline_model, other.winner_model,
+                other.triton_mode, other.server, other.interval_ms, other.metric)
+
+
+class RecheckSeries(BaseModel):
+    """perf_analyzer's gain for one pair over several rechecks alike, pooled as a random-effects mean.
+
+    One recheck's p99 gain rests on a few perf_analyzer runs from a few minutes. On this project's 2-core VM
+    two rechecks of one pair an hour apart read 1.883 [1.573, 2.253] and 1.374 [1.220, 1.548] (demo 8), so a
+    single recheck is no 5% reference for the tune's gain. Each recheck is a fresh server in other minutes,
+    so they are pooled as servers are (:func:`gpt_triton.core.measurements.between_servers`): a spread beyond
+    their own intervals widens the pooled one. A recheck's interval is a t interval on a few rounds, read
+    there as normal, so each is weighted as if a little less precise than it is: the pooled interval errs
+    wide."""
+
+    rechecks: int
+    rounds: int  # complete rounds over all of them
+    first_hours: float  # the first and the last recheck's hours after the tune
+    last_hours: float
+    gain: Interval  # perf_analyzer's gain for the metric, pooled
+    spread: ServerSpread  # each recheck's interval, Cochran's Q, the between-recheck sd
+    agreement: Interval | None = None  # tune / the pooled gain
+    z: float = 0.0
+
+    @property
+    def within(self) -> bool | None:
+        return None if self.agreement is None else abs(self.agreement.value - 1.0) <= AGREEMENT_TOLERANCE
+
+    def line(self, tune_gain: Interval | None = None, statistic: str = "") -> str:
+        g, s = self.gain, self.spread
+        test = f"Q {s.q:.2f} on {self.rechecks - 1} df, p {s.p_value:.2g}"
+        spread = (f"a between-recheck sd of {100 * s.between_sd:.1f}% in the log added to the interval ({test})"
+                  if s.between_sd > 0 else f"no spread beyond their own intervals ({test})")
+        out = (f"pooled over the {self.rechecks} rechecks alike ({self.rounds} rounds, {self.first_hours:.1f}-"
+               f"{self.last_hours:.1f} h after the tune; {spread}): perf_analyzer's gain {g.value:.3f} "
+               f"[{g.low:.3f}, {g.high:.3f}]")
+        if tune_gain is None or self.agreement is None:
+            return out
+        a = self.agreement
+        return (out + f"; the tune's ({statistic}) is {a.value:.3f} [{a.low:.3f}, {a.high:.3f}] of it: "
+                + _verdict(a, self.z, "more rechecks would tell"))
+
+
+def pool_rechecks(records: Sequence[Recheck], like: Recheck) -> RecheckSeries | None:
+    """The rechecks among ``records`` alike to ``like`` (``like`` among them or not) that have a gain for its
+    metric, pooled, with the tune's gain set against the pooled one; None with fewer than two."""
+    alike = [r for r in records if r.alike(like) and like.metric in r.gains]
+    if like not in alike and like.metric in like.gains:
+        alike.append(like)
+    if len(alike) < 2:
+        return None
+    gain, spread = between_servers([r.gains[like.metric] for r in alike])
+    agreement, z = agreement_interval(like.tune_gain, gain) if like.tune_gain is not None else (None, 0.0)
+    hours = [r.hours_after_tune for r in alike]
+    return RecheckSeries(rechecks=len(alike), rounds=sum(r.complete_rounds for r in alike), first_hours=min(hours),
+                         last_hours=max(hours), gain=gain, spread=spread, agreement=agreement, z=z)
+
+
+def _verdict(a: Interval, z: float, more: str) -> str:
+    """How the tune's gain stands as a fraction ``a`` of perf_analyzer's, ``z`` its log gap in standard errors."""
+    if abs(a.value - 1.0) <= AGREEMENT_TOLERANCE:
+        return within_verdict(a)
+    side = "perf_analyzer reads the larger gain" if a.value < 1 else "the tune claimed the larger gain"
+    return (f"{100 * abs(a.value - 1):.1f}% apart, beyond {100 * AGREEMENT_TOLERANCE:.0f}% ({side}); "
+            + ("beyond what both intervals allow: the gain has moved since the tune, or the two measure it differently"
+               if beyond_both(z) else f"within what both intervals allow: {more}"))
+
+
+Recheck.model_rebuild()  # its series field names the class defined after it
 
 
 def hours_between(earlier: str, later: str) -> float:

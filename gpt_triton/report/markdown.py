@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpt_triton.core.recheck import Recheck
+from gpt_triton.core.recheck import Recheck, pool_rechecks
 from gpt_triton.core.records import RunReport
 from gpt_triton.report.fmt import fmt_interval, fmt_ms, fmt_ratio, fmt_ratio_interval, knob_text
 from gpt_triton.report.plots import PLOT_TITLES, availability
@@ -145,8 +145,13 @@ def _rechecks(rechecks: Sequence[Recheck]) -> list[str]:
         rows.append([r.created, f"{r.hours_after_tune:.1f}", r.triton_mode, f"{r.complete_rounds}/{len(r.rounds)}",
                      fmt_ratio_interval(r.gains.get("p50")), fmt_ratio_interval(pa), fmt_ratio_interval(r.agreement),
                      "-" if r.within is None else ("yes" if r.within else "no")])
-    return out + _table(["when", "hours after", "server", "rounds", "p50 gain", f"{rechecks[0].metric} gain",
-                         "tune / perf_analyzer", "within 5%"], rows)
+    out += _table(["when", "hours after", "server", "rounds", "p50 gain", f"{rechecks[0].metric} gain",
+                   "tune / perf_analyzer", "within 5%"], rows)
+    latest = rechecks[-1]
+    if (series := pool_rechecks(rechecks, latest)) is not None:  # the latest recheck's pair, as recheck printed it
+        line = series.line(latest.tune_gain, latest.tune_statistic)
+        out += [line[0].upper() + line[1:] + ".", ""]
+    return out
 
 
 def _per_load(report: RunReport, name: Callable[[str], str]) -> list[str]:
