@@ -100,7 +100,7 @@ class RecheckSeries(BaseModel):
     """perf_analyzer's gain for one pair over several rechecks alike, pooled as a random-effects mean.
 
     One recheck's p99 gain rests on a few perf_analyzer runs from a few minutes. On this project's 2-core VM
-    two rechecks of one pair an hour apart read 1.883 [1.573, 2.253] and 1.374 [1.220, 1.548] (demo 8), so a
+    two rechecks of one pair an hour apart read 1.883 [1.573, 2.253] and 1.374 [1.242, 1.520] (demo 8), so a
     single recheck is no 5% reference for the tune's gain. Each recheck is a fresh server in other minutes,
     so they are pooled as servers are (:func:`gpt_triton.core.measurements.between_servers`): a spread beyond
     their own intervals widens the pooled one. A recheck's interval is a t interval on a few rounds, read
