@@ -6,9 +6,10 @@ p99 gain read 0.86 of what perf_analyzer printed over eight tunes checked within
 within an hour (docs/measurement.md, "Request by request, and perf_analyzer's own figure"). A gain is a
 claim about a time as well as a pair; a recheck says how it stands now, with the tool users trust, and
 keeps each answer in the run directory. One recheck is a few minutes of perf_analyzer and no 5% reference
-on its own (six tunes checked at once: 1 of 6 within 5%); the rechecks of a pair made alike are pooled
+on its own (seven tunes checked at once: 1 of 7 within 5%); the rechecks of a pair made alike are pooled
 (:class:`RecheckSeries`), so that each one made later narrows the reference the tune's gain is set against
-(the same six pooled over 2-5 checks each: 5 of 6 within 5%, benchmarks/results/recheck_series_2026-12-07.txt).
+(the same seven pooled over 2-5 checks each: 4 of 7 within 5%, 0.952 [0.897, 1.010] over the seven;
+benchmarks/results/recheck_series_2026-12-07.txt).
 """
 
 from __future__ import annotations
