@@ -36,7 +36,7 @@ import numpy as np
 from scipy.stats import gmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval  # noqa: E402
+from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval, within_tolerance  # noqa: E402
 from gpt_triton.core.measurements import Interval, between_servers  # noqa: E402
 from gpt_triton.measure.window_log import WINDOWS_FILE, read_windows, stage_pair_ratio  # noqa: E402
 
@@ -104,7 +104,7 @@ def main() -> None:
             agreement, z = agreement_interval(each["remeasure"], each["cross-check"])
             pooled[stat].append(agreement)
             if stat == "p99":
-                within += abs(agreement.value - 1) <= AGREEMENT_TOLERANCE
+                within += within_tolerance(agreement)
             print(f"  {stat}: tuner {fmt(each['remeasure'])}, perf_analyzer {fmt(each['cross-check'])}: "
                   f"tuner / perf_analyzer {fmt(agreement)} (z {z:+.2f})")
         for side, cid in zip(("baseline", "winner"), ids, strict=True):

@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval
+from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval, within_tolerance
 from gpt_triton.core.errors import GptTritonError
 from gpt_triton.core.measurements import Interval, between_servers
 from gpt_triton.core.recheck import pool_rechecks
 from gpt_triton.recheck import recheck
 from gpt_triton.report import load_rechecks, load_report
+from gpt_triton.report.fmt import fmt_ratio_interval
 
 
 def one_run(run_dir: Path, rounds: int, interval_ms: int) -> None:
@@ -60,7 +61,7 @@ def kept(run_dir: Path) -> Interval | None:
         g = r.gains.get(r.metric)
         mark = "" if r.alike(latest) else " (not alike the latest: left out)"
         print(f"  {r.created} at {r.hours_after_tune:.1f} h: {r.complete_rounds}/{len(r.rounds)} rounds, perf_analyzer's "
-              f"{r.metric} gain " + (f"{g.value:.3f} [{g.low:.3f}, {g.high:.3f}]" if g else "none") + mark)
+              f"{r.metric} gain " + (fmt_ratio_interval(g) if g else "none") + mark)
     series = pool_rechecks(records, latest)
     if series is None:
         print("  one recheck alike: nothing to pool")
@@ -83,7 +84,7 @@ def main() -> None:
             raise SystemExit(str(exc)) from None
         pooled = [a for a in found.values() if a is not None]
         if pooled:
-            within = sum(abs(a.value - 1) <= AGREEMENT_TOLERANCE for a in pooled)
+            within = sum(within_tolerance(a) for a in pooled)
             print(f"\nthe tune's gain / perf_analyzer's pooled over its rechecks: {within} of {len(pooled)} runs within "
                   f"{100 * AGREEMENT_TOLERANCE:.0f}% (" + ", ".join(f"{a.value:.3f}" for a in pooled) + ")")
             if len(pooled) > 1:

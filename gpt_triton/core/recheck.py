@@ -20,7 +20,13 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gpt_triton.core.cross_check import AGREEMENT_TOLERANCE, agreement_interval, beyond_both, within_verdict
+from gpt_triton.core.cross_check import (
+    AGREEMENT_TOLERANCE,
+    agreement_interval,
+    beyond_both,
+    within_tolerance,
+    within_verdict,
+)
 from gpt_triton.core.measurements import Interval, ServerSpread, between_servers
 
 
@@ -69,7 +75,7 @@ class Recheck(BaseModel):
     @property
     def within(self) -> bool | None:
         """The tune's point within :data:`AGREEMENT_TOLERANCE` of perf_analyzer's, or None with nothing to compare."""
-        return None if self.agreement is None else abs(self.agreement.value - 1.0) <= AGREEMENT_TOLERANCE
+        return None if self.agreement is None else within_tolerance(self.agreement)
 
     def lines(self) -> list[str]:
         """What the command prints: perf_analyzer's gains, then the tune's against the metric's."""
@@ -91,10 +97,9 @@ class Recheck(BaseModel):
     def alike(self, other: Recheck) -> bool:
         """The same pair, served the same way and measured by perf_analyzer alike: the same run's baseline and
         pick under the same served names, on the same kind of server (and the same URL), with the same ``-p``."""
-        return (self.run_id, self.baseline_id, self.winner_id, self.baseline_model, self.winner_model,
-                self.triton_mode, self.server, self.interval_ms, self.metric) == (
-                other.run_id, other.baseline_id, other.winner_id, other.baseline_model, other.winner_model,
-                other.triton_mode, other.server, other.interval_ms, other.metric)
+        fields = ("run_id", "baseline_id", "winner_id", "baseline_model", "winner_model", "triton_mode", "server",
+                  "interval_ms", "metric")
+        return all(getattr(self, name) == getattr(other, name) for name in fields)
 
 
 class RecheckSeries(BaseModel):
@@ -119,7 +124,7 @@ class RecheckSeries(BaseModel):
 
     @property
     def within(self) -> bool | None:
-        return None if self.agreement is None else abs(self.agreement.value - 1.0) <= AGREEMENT_TOLERANCE
+        return None if self.agreement is None else within_tolerance(self.agreement)
 
     def line(self, tune_gain: Interval | None = None, statistic: str = "") -> str:
         g, s = self.gain, self.spread
@@ -153,7 +158,7 @@ def pool_rechecks(records: Sequence[Recheck], like: Recheck) -> RecheckSeries | 
 
 def _verdict(a: Interval, z: float, more: str) -> str:
     """How the tune's gain stands as a fraction ``a`` of perf_analyzer's, ``z`` its log gap in standard errors."""
-    if abs(a.value - 1.0) <= AGREEMENT_TOLERANCE:
+    if within_tolerance(a):
         return within_verdict(a)
     side = "perf_analyzer reads the larger gain" if a.value < 1 else "the tune claimed the larger gain"
     return (f"{100 * abs(a.value - 1):.1f}% apart, beyond {100 * AGREEMENT_TOLERANCE:.0f}% ({side}); "
