@@ -60,7 +60,7 @@ def kept(run_dir: Path) -> Interval | None:
     for r in records:
         g = r.gains.get(r.metric)
         mark = "" if r.alike(latest) else " (not alike the latest: left out)"
-        print(f"  {r.created} at {r.hours_after_tune:.1f} h: {r.complete_rounds}/{len(r.rounds)} rounds, perf_analyzer's "
+        print(f"  {r.created} at {r.hours_after_tune:.1f} h: {r.rounds_done} rounds, perf_analyzer's "
               f"{r.metric} gain " + (fmt_ratio_interval(g) if g else "none") + mark)
     series = pool_rechecks(records, latest)
     if series is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +29,7 @@ from gpt_triton.core.records import Candidate, RunReport
 from gpt_triton.core.routes import BuildContext
 from gpt_triton.deploy import deploy_candidates, unload_candidates
 from gpt_triton.measure.as_run import Model, RoundResult, paired_gains, run_rounds
+from gpt_triton.measure.machine_load import load_over
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, find_perf_analyzer, input_data
 from gpt_triton.report import load_rechecks, load_report
 from gpt_triton.routes._common import iter_calibration
@@ -118,15 +119,31 @@ def _as_record(result: RoundResult) -> RecheckRound:
             notes.append(f"{role}: {got}")
         else:
             fields.update({f"{role}_p50_ms": got.p50_ms, f"{role}_p99_ms": got.p99_ms})
-    return RecheckRound.model_validate({**fields, "note": "; ".join(notes)})
+    retried = "; ".join(f"{role}: {why}" for role, why in result.retried.items())
+    if (load := result.round_load()) is not None:
+        fields.update(zip(("other_cores", "steal_cores", "seconds"), load, strict=True))
+    return RecheckRound.model_validate({**fields, "note": "; ".join(notes), "retried": retried})
+
+
+def machine_words(rounds: Sequence[RecheckRound], remote: bool) -> str:
+    """What else the machine ran during the rounds, as the tune's decision log says it of its stages."""
+    load = load_over([(r.other_cores, r.steal_cores or 0.0, r.seconds or 0.0) for r in rounds
+                      if r.other_cores is not None], unit="rounds")
+    if load is None:
+        return ""
+    # The user's server is not this process's child: on this machine its CPU counts among the others.
+    return load.describe() + (" (the server at --triton-url is not this process's: on this machine it counts "
+                              "among them)" if remote else "")
 
 
 def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url: str | None = None,
-            models: tuple[str, str] | None = None, tool: PerfAnalyzer | None = None,
+            models: tuple[str, str] | None = None, tool: PerfAnalyzer | None = None, retries: int = 1,
             say: Callable[[str], None] = print) -> tuple[Recheck, Path]:
     """Run the recheck, write ``RUN_DIR/rechecks/<time>.json``, return the record and its path."""
     if rounds < 2:
         raise GptTritonError(f"--rounds {rounds}: an interval needs at least 2 rounds")
+    if retries < 0:
+        raise GptTritonError(f"--retries {retries}: give 0 (an unsettled run is left out) or more")
     if interval_ms < 100:
         raise GptTritonError(f"--interval-ms {interval_ms}: perf_analyzer's windows need at least 100 ms (its default is 5000)")
     if models is not None and triton_url is None:
@@ -140,7 +157,8 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
     assert tool is not None
     version = tool.version()
     say(f"{version}: {baseline.id} (baseline) against {winner.id}, {rounds} rounds of one perf_analyzer run each "
-        f"(-p {interval_ms}, its default stability), {len(requests)} inputs")
+        f"(-p {interval_ms}, its default stability; an unsettled run is run again up to {retries} times), "
+        f"{len(requests)} inputs")
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpt-triton-recheck-")))
         server: TritonServer = (RemoteTriton(triton_url) if triton_url else
@@ -159,15 +177,17 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
             row = _as_record(result)
             say(f"  round {r + 1}: " + (row.note + " (left out)" if row.note else
                 f"baseline p50 {row.baseline_p50_ms:.3f} p99 {row.baseline_p99_ms:.3f} ms; "
-                f"winner p50 {row.winner_p50_ms:.3f} p99 {row.winner_p99_ms:.3f} ms"))
+                f"winner p50 {row.winner_p50_ms:.3f} p99 {row.winner_p99_ms:.3f} ms")
+                + (f" (run again after {row.retried})" if row.retried else ""))
 
         results = run_rounds(tool, server.grpc_url, served, folder / "input.json", batch, rounds, interval_ms, folder,
-                             on_round=show)
+                             on_round=show, retries=retries)
     gains = paired_gains(results)
     if not gains:
         raise TransientError(f"perf_analyzer found a stable measurement on both sides in fewer than 2 of {rounds} "
                              "rounds: the machine was too unsettled; run recheck again")
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    kept = [_as_record(r) for r in results]
     gain = report.gain if report.gain is not None and report.gain.metric in gains else None
     agreement, z = agreement_interval(gain.ratio, gains[gain.metric]) if gain is not None else (None, 0.0)
     record = Recheck(
@@ -176,7 +196,7 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
         baseline_model=_label(served["baseline"]), winner_model=_label(served["winner"]),
         triton_mode="remote" if triton_url else "embedded", server=server.grpc_url if triton_url else "",
         perf_analyzer=version, interval_ms=interval_ms,
-        requests=len(requests), rounds=[_as_record(r) for r in results], gains=gains,
+        requests=len(requests), rounds=kept, gains=gains, machine=machine_words(kept, remote=triton_url is not None),
         metric=report.spec.objective.metric, tune_gain=gain.ratio if gain is not None else None,
         tune_statistic=gain.statistic if gain is not None else "", agreement=agreement, z=z,
     )

@@ -20,6 +20,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="directory written by `gpt-triton tune`")
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one perf_analyzer run per model (default 6)")
     parser.add_argument("--interval-ms", type=int, default=5000, help="perf_analyzer's -p (its default: 5000)")
+    parser.add_argument("--retries", type=int, default=1,
+                        help="a perf_analyzer run that finds no stable measurement is run again in its place up to "
+                        "this many times, as a user would, before its round is left out (default 1; 0: never)")
     parser.add_argument("--triton-url", metavar="HOST:PORT",
                         help="run on this Triton's gRPC endpoint (explicit model control: the pair is loaded and "
                         "unloaded there) instead of an embedded one")
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from gpt_triton.recheck import recheck
 
     record, path = recheck(args.run_dir, rounds=args.rounds, interval_ms=args.interval_ms, triton_url=args.triton_url,
-                           models=tuple(args.models) if args.models else None)
+                           models=tuple(args.models) if args.models else None, retries=args.retries)
     for line in record.lines():
         print(line)
     print(f"wrote {path}")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +25,8 @@ from gpt_triton.core.records import Candidate, Gain, Machine, RunReport
 from gpt_triton.core.spec import TuneSpec
 from gpt_triton.deploy import write_model
 from gpt_triton.measure.as_run import Printed, RoundResult, paired_gains
-from gpt_triton.measure.perf_analyzer import find_perf_analyzer
-from gpt_triton.recheck import rebased
+from gpt_triton.measure.perf_analyzer import PerfAnalyzer, find_perf_analyzer
+from gpt_triton.recheck import machine_words, rebased, recheck
 from gpt_triton.routes import BuildContext, Route, get_family
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.testing.conformance.families import write_calibration
@@ -113,6 +116,11 @@ def test_recheck_on_an_embedded_server_prints_and_keeps_perf_analyzers_gains(
     assert record.agreement.value == pytest.approx(1.2 / record.gains["p99"].value, rel=1e-6)
     assert record.triton_mode == "embedded" and record.baseline_model == "c_c00_recheck"
     assert record.requests == 8 and record.hours_after_tune > 0
+    # The machine's load while perf_analyzer ran: this process tree (perf_analyzer, the embedded server) is not
+    # "other processes", so on an idle machine they are well under the one core perf_analyzer alone would add.
+    assert all(r.seconds and r.seconds > 0.4 and r.other_cores is not None for r in record.rounds)
+    assert record.machine.startswith("other processes used ") and "over its 2 rounds" in record.machine
+    assert f"while perf_analyzer ran, {record.machine}" in out
     assert _tritonservers() == before, "the embedded server is stopped"
     assert json.loads((run_dir / "report.json").read_text()) == json.loads((finished_run / "report.json").read_text())
 
@@ -126,6 +134,7 @@ def test_recheck_on_a_users_server_loads_the_pair_there_and_leaves_the_server_ru
     assert main(["recheck", str(run_dir), *FAST, "--triton-url", triton_server.grpc_url]) == 0
     record = _written(run_dir)
     assert record.triton_mode == "remote" and record.complete_rounds == 2
+    assert record.machine.endswith("on this machine it counts among them)")
     loaded = {m["name"] for m in triton_server.client().get_model_repository_index(as_json=True).get("models", [])
               if m.get("state") == "READY"}
     assert not {"c_c00_recheck", "c_c01_recheck"} & loaded, "the pair is unloaded afterwards"
@@ -149,6 +158,51 @@ def test_recheck_on_a_users_server_loads_the_pair_there_and_leaves_the_server_ru
     assert (record.baseline_model, record.winner_model) == ("prod_base", "prod_new:1")
 
 
+@dataclass(frozen=True)
+class _Unsettling(PerfAnalyzer):
+    """The real perf_analyzer. The runs numbered in ``unsettle`` are given a stability rule no machine meets
+    (three windows within 0.001%, three tries), so perf_analyzer itself finds no stable measurement and exits
+    2; those in ``refuse`` an option it refuses (another exit code)."""
+
+    unsettle: frozenset[int] = frozenset()
+    refuse: frozenset[int] = frozenset()
+    calls: list[list[str]] = field(default_factory=list)
+
+    def run(self, args: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        n = len(self.calls) - 1  # the first call is --version
+        self.calls.append(list(args))
+        extra = (["--stability-percentage", "0.001", "--max-trials", "3"] if n in self.unsettle else
+                 ["--stability-percentage", "-1"] if n in self.refuse else [])
+        return super().run([*args, *extra], timeout_s)
+
+
+@pytest.mark.slow
+@needs_perf_analyzer
+def test_an_unsettled_perf_analyzer_run_is_run_again_in_its_place_and_other_failures_are_not(
+        finished_run: Path, tmp_path: Path, triton_server: EmbeddedTriton) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    real = find_perf_analyzer(required=True)
+    assert real is not None
+    # Runs 0-1 are the warm-ups. Round 1 (baseline first): the winner's run 3 is unsettled, run 4 takes its place.
+    # Round 2 (winner first): run 5 is refused, not run again. Round 3: the baseline's runs 7 and 8 are both
+    # unsettled; with one retry the round is left out. Round 4 (runs 10, 11) is whole.
+    tool = _Unsettling(binary=real.binary, library_dirs=real.library_dirs, unsettle=frozenset({3, 7, 8}),
+                       refuse=frozenset({5}))
+    said: list[str] = []
+    record, _ = recheck(run_dir, rounds=4, interval_ms=400, triton_url=triton_server.grpc_url, tool=tool, retries=1,
+                        say=said.append)
+    assert len(tool.calls) - 1 == 12
+    first, second, third, fourth = record.rounds
+    assert first.retried.startswith("winner: exit 2: ") and not first.note and first.winner_p99_ms
+    assert "run again after winner: exit 2" in said[1]
+    assert second.note.startswith("winner: exit 99") and not second.retried and second.winner_p99_ms is None
+    assert third.note.startswith("baseline: exit 2") and third.retried.startswith("baseline: exit 2")
+    assert not fourth.note and not fourth.retried
+    assert record.complete_rounds == 2 and set(record.gains) == {"p50", "p99"}
+    assert record.rounds_done == "2/4 (2 with a run repeated)"
+
+
 def _one_line(capsys: pytest.CaptureFixture[str], *fragments: str) -> None:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("error: "), err
@@ -167,6 +221,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, finished_run: 
     _one_line(capsys, "at least 2 rounds")
     assert main(["recheck", str(finished_run), "--interval-ms", "0"]) == 2
     _one_line(capsys, "at least 100 ms")
+    assert main(["recheck", str(finished_run), "--retries", "-1"]) == 2
+    _one_line(capsys, "--retries -1")
     assert main(["recheck", str(finished_run), "--models", "a", "b"]) == 2
     _one_line(capsys, "give --triton-url")
     assert main(["recheck", str(finished_run), "--triton-url", "localhost:1", "--models", "a", "b:x"]) == 2
@@ -201,6 +257,18 @@ def _round(first: str, base: tuple[float, float] | str, win: tuple[float, float]
     def printed(x: tuple[float, float] | str) -> Printed | str:
         return x if isinstance(x, str) else Printed(p50_ms=x[0], p99_ms=x[1])
     return RoundResult(first=first, figures={"baseline": printed(base), "winner": printed(win)})
+
+
+def test_a_rounds_load_weights_its_runs_by_their_seconds_and_old_records_have_none() -> None:
+    result = RoundResult(first="baseline", figures={}, load={"baseline": (1.0, 0.0, 3.0), "winner": (0.0, 0.2, 1.0)})
+    assert result.round_load() == pytest.approx((0.75, 0.05, 4.0))
+    assert RoundResult(first="winner", figures={}).round_load() is None
+    rounds = [RecheckRound(first="baseline", other_cores=0.1, steal_cores=0.0, seconds=30.0),
+              RecheckRound(first="winner", other_cores=0.9, steal_cores=0.1, seconds=10.0)]
+    words = machine_words(rounds, remote=False)
+    assert words.startswith("other processes used 0.30 cores on average over its 2 rounds (at most 0.90; "
+                            "more than 0.5 in 1), steal 0.03 cores")
+    assert machine_words([RecheckRound(first="baseline")], remote=False) == ""  # written before loads were kept
 
 
 def test_paired_gains_use_complete_rounds_only() -> None:

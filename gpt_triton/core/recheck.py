@@ -39,6 +39,13 @@ class RecheckRound(BaseModel):
     winner_p50_ms: float | None = None
     winner_p99_ms: float | None = None
     note: str = ""  # why a side gave no figures (perf_analyzer found no stable measurement)
+    # A side whose run found no stable measurement and was run again in its place: what the failed run said.
+    retried: str = ""
+    # Other processes' cores and the hypervisor's steal while the round's two counted runs ran (weighted by
+    # their seconds), and those seconds; None in records written before they were kept.
+    other_cores: float | None = None
+    steal_cores: float | None = None
+    seconds: float | None = None
 
 
 class Recheck(BaseModel):
@@ -67,10 +74,18 @@ class Recheck(BaseModel):
     z: float = 0.0
     # This recheck and the earlier ones alike (:func:`pool_rechecks`), pooled; None when it is the first alike.
     series: RecheckSeries | None = None
+    # What else the machine ran during the rounds ("other processes used ... cores ..."), "" where not read.
+    machine: str = ""
 
     @property
     def complete_rounds(self) -> int:
         return sum(1 for r in self.rounds if not r.note)
+
+    @property
+    def rounds_done(self) -> str:
+        """``complete/all`` rounds, and in how many a run was repeated after one that found no stable measurement."""
+        again = sum(1 for r in self.rounds if r.retried)
+        return f"{self.complete_rounds}/{len(self.rounds)}" + (f" ({again} with a run repeated)" if again else "")
 
     @property
     def within(self) -> bool | None:
@@ -83,6 +98,8 @@ class Recheck(BaseModel):
         for stat, iv in self.gains.items():
             out.append(f"perf_analyzer's {stat} gain, paired by round: {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}] "
                        f"({self.complete_rounds} rounds)")
+        if self.machine:
+            out.append(f"while perf_analyzer ran, {self.machine}")
         if self.tune_gain is None or self.agreement is None:
             out.append(f"the tune has no {self.metric} gain that perf_analyzer prints: nothing to set against it")
             return out + ([self.series.line()] if self.series is not None else [])

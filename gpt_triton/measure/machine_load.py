@@ -124,30 +124,37 @@ class WatchedClient(LoadClient):
 
 @dataclass(frozen=True)
 class MachineLoad:
-    """Other processes' load over a stage's windows."""
+    """Other processes' load over a stage's windows (or a recheck's perf_analyzer runs: ``unit``)."""
 
     windows: int
     mean_cores: float
     max_cores: float
     crowded: int  # windows with more than CROWDED_CORES of other processes
     steal_cores: float
+    unit: str = "windows"
 
     def describe(self) -> str:
-        return (f"other processes used {self.mean_cores:.2f} cores on average over its {self.windows} windows "
+        return (f"other processes used {self.mean_cores:.2f} cores on average over its {self.windows} {self.unit} "
                 f"(at most {self.max_cores:.2f}; more than {CROWDED_CORES:g} in {self.crowded}), "
                 f"steal {self.steal_cores:.2f} cores")
 
 
 def machine_load(results: Sequence[WindowResult]) -> MachineLoad | None:
     """The summary over ``results``' windows that recorded a load; None when none did."""
-    loads = [(r.foreign_cores, r.steal_cores or 0.0, r.duration_s) for r in results if r.foreign_cores is not None]
-    if not loads:
+    return load_over([(r.foreign_cores, r.steal_cores or 0.0, r.duration_s) for r in results
+                      if r.foreign_cores is not None])
+
+
+def load_over(spans: Sequence[tuple[float, float, float]], unit: str = "windows") -> MachineLoad | None:
+    """The summary over spans of (other processes' cores, steal cores, seconds), weighted by their seconds;
+    None for no span."""
+    if not spans:
         return None
-    cores = np.array([c for c, _, _ in loads])
-    weights = np.array([max(d, 1e-9) for _, _, d in loads])
-    return MachineLoad(windows=len(loads), mean_cores=float(np.average(cores, weights=weights)),
+    cores = np.array([c for c, _, _ in spans])
+    weights = np.array([max(d, 1e-9) for _, _, d in spans])
+    return MachineLoad(windows=len(spans), mean_cores=float(np.average(cores, weights=weights)),
                        max_cores=float(cores.max()), crowded=int((cores > CROWDED_CORES).sum()),
-                       steal_cores=float(np.average([s for _, s, _ in loads], weights=weights)))
+                       steal_cores=float(np.average([s for _, s, _ in spans], weights=weights)), unit=unit)
 
 
 def load_contrast(first: MachineLoad | None, second: MachineLoad | None, names: tuple[str, str]) -> str:

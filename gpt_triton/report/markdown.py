@@ -142,7 +142,7 @@ def _rechecks(rechecks: Sequence[Recheck]) -> list[str]:
     rows: list[list[object]] = []
     for r in rechecks:
         pa = r.gains.get(r.metric)
-        rows.append([r.created, f"{r.hours_after_tune:.1f}", r.triton_mode, f"{r.complete_rounds}/{len(r.rounds)}",
+        rows.append([r.created, f"{r.hours_after_tune:.1f}", r.triton_mode, r.rounds_done,
                      fmt_ratio_interval(r.gains.get("p50")), fmt_ratio_interval(pa), fmt_ratio_interval(r.agreement),
                      "-" if r.within is None else ("yes" if r.within else "no")])
     out += _table(["when", "hours after", "server", "rounds", "p50 gain", f"{rechecks[0].metric} gain",
