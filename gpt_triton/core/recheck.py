@@ -8,8 +8,10 @@ claim about a time as well as a pair; a recheck says how it stands now, with the
 keeps each answer in the run directory. One recheck is a few minutes of perf_analyzer and no 5% reference
 on its own (seven tunes checked at once: 1 of 7 within 5%); the rechecks of a pair made alike are pooled
 (:class:`RecheckSeries`), so that each one made later narrows the reference the tune's gain is set against
-(the same seven pooled over 2-5 checks each: 4 of 7 within 5%, 0.952 [0.897, 1.010] over the seven;
-benchmarks/results/recheck_series_2026-12-07.txt).
+(the same seven pooled over 3-6 checks each: 3 of 7 within 5%, 0.930 [0.877, 0.985] over the seven;
+benchmarks/results/recheck_series_2026-12-07.txt). A check's gain also follows the machine's pace, which
+this VM's counters do not show (about -4% when the baseline's p50 runs 10% slower): each record keeps both
+sides' p50s, and the load the counters did see (``Recheck.machine``).
 """
 
 from __future__ import annotations
