@@ -76,6 +76,11 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_run(tmp_path_factory.mktemp("recheck")).rename(tmp_path_factory.mktemp("moved") / "run")
 
 
+def _copy(finished_run: Path, tmp_path: Path) -> Path:
+    """A test's own copy of the finished run, to write rechecks into."""
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
 def _tritonservers() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"}
 
@@ -90,8 +95,7 @@ def _written(run_dir: Path) -> Recheck:
 @needs_perf_analyzer
 def test_recheck_on_an_embedded_server_prints_and_keeps_perf_analyzers_gains(
         finished_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = tmp_path / "run"
-    shutil.copytree(finished_run, run_dir)
+    run_dir = _copy(finished_run, tmp_path)
     # Two rechecks made before: one alike (pooled with this one), one with perf_analyzer's default -p (left out).
     (run_dir / "rechecks").mkdir()
     earlier = _record(None, interval_ms=400).model_copy(update={
@@ -129,8 +133,7 @@ def test_recheck_on_an_embedded_server_prints_and_keeps_perf_analyzers_gains(
 @needs_perf_analyzer
 def test_recheck_on_a_users_server_loads_the_pair_there_and_leaves_the_server_running(
         finished_run: Path, tmp_path: Path, triton_server: EmbeddedTriton) -> None:
-    run_dir = tmp_path / "run"
-    shutil.copytree(finished_run, run_dir)
+    run_dir = _copy(finished_run, tmp_path)
     assert main(["recheck", str(run_dir), *FAST, "--triton-url", triton_server.grpc_url]) == 0
     record = _written(run_dir)
     assert record.triton_mode == "remote" and record.complete_rounds == 2
@@ -183,8 +186,7 @@ class _Unsettling(PerfAnalyzer):
 @needs_perf_analyzer
 def test_an_unsettled_perf_analyzer_run_is_run_again_in_its_place_and_other_failures_are_not(
         finished_run: Path, tmp_path: Path, triton_server: EmbeddedTriton) -> None:
-    run_dir = tmp_path / "run"
-    shutil.copytree(finished_run, run_dir)
+    run_dir = _copy(finished_run, tmp_path)
     real = find_perf_analyzer(required=True)
     assert real is not None
     # Runs 0-1 are the warm-ups. Round 1 (baseline first): the winner's run 3 is unsettled, run 4 takes its place.
@@ -245,8 +247,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, finished_run: 
 @needs_perf_analyzer
 def test_a_lost_artifact_or_an_unreachable_server_is_one_line(tmp_path: Path, finished_run: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = tmp_path / "run"
-    shutil.copytree(finished_run, run_dir)
+    run_dir = _copy(finished_run, tmp_path)
     shutil.rmtree(run_dir / "artifacts" / "c01")
     before = _tritonservers()
     assert main(["recheck", str(run_dir)]) == 2
@@ -319,8 +320,7 @@ def test_report_md_lists_the_rechecks_and_a_bad_record_is_one_line(
     assert rows[1].endswith("| - |") and "| 1/2 |" in rows[1]
     assert "Rechecked" not in render_markdown(report, {})  # no recheck, no section
 
-    run_dir = tmp_path / "run"
-    shutil.copytree(finished_run, run_dir)
+    run_dir = _copy(finished_run, tmp_path)
     (run_dir / "rechecks").mkdir()
     (run_dir / "rechecks" / "20261207T120000Z.json").write_text('{"run_id": "r"}')
     assert main(["report", str(run_dir), "--no-summary"]) == 2
