@@ -157,7 +157,7 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
     assert tool is not None
     version = tool.version()
     say(f"{version}: {baseline.id} (baseline) against {winner.id}, {rounds} rounds of one perf_analyzer run each "
-        f"(-p {interval_ms}, its default stability; an unsettled run is run again up to {retries} times), "
+        f"(-p {interval_ms}, its default stability; an unsettled run is {_retry_words(retries)}), "
         f"{len(requests)} inputs")
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpt-triton-recheck-")))
@@ -205,6 +205,10 @@ def recheck(run_dir: Path, rounds: int = 6, interval_ms: int = 5000, triton_url:
     path.parent.mkdir(exist_ok=True)
     write_json_atomic(path, record.model_dump_json(indent=1))
     return record, path
+
+
+def _retry_words(retries: int) -> str:
+    return "left out" if retries == 0 else "run again once" if retries == 1 else f"run again up to {retries} times"
 
 
 def _label(model: Model) -> str:
