@@ -2,7 +2,7 @@
 
 The statistics are cumulative, so a window's share is the difference of two snapshots; the snapshot
 after the window waits until Triton has counted every success the client saw (it counts a request
-slightly after the response reaches the client).
+slightly after the response reaches the client), and then until the counters stand still.
 """
 
 from __future__ import annotations
@@ -102,23 +102,24 @@ class StatsSnapshots:
         return stats_json(self.client.get_inference_statistics(self.model_name, as_json=True))
 
     def take(self, tag: str, expect_success: int | None = None) -> None:
-        """Snapshot ``tag``. Without ``expect_success`` (the start: the probes are still being counted)
-        poll until two reads agree; with it (the end) until the successes since "before" cover it.
-        Either way give up after a deadline and keep the last read."""
+        """Snapshot ``tag``. With ``expect_success`` (the end) first poll until the successes since "before"
+        cover it; then, at the start and the end alike, until two reads agree (the start's probes are still
+        being counted; at the end an execution is counted apart from its requests' successes, and a read
+        between the two once found 714 executions for 715 successes). Give up after a deadline and keep the
+        last read."""
         deadline = time.monotonic() + _SETTLE_TIMEOUT_S
         current = self._read()
-        while time.monotonic() < deadline:
-            if expect_success is not None:
-                if current.get("success_count", 0) - self.taken["before"].get("success_count", 0) >= expect_success:
-                    break
+        if expect_success is not None:
+            counted = self.taken["before"].get("success_count", 0) + expect_success
+            while current.get("success_count", 0) < counted and time.monotonic() < deadline:
                 time.sleep(_SETTLE_POLL_S)  # polling a condition with a deadline
                 current = self._read()
-            else:
-                time.sleep(_SETTLE_POLL_S)
-                again = self._read()
-                if again == current:
-                    break
-                current = again
+        while time.monotonic() < deadline:
+            time.sleep(_SETTLE_POLL_S)
+            again = self._read()
+            if again == current:
+                break
+            current = again
         self.taken[tag] = current
         if self.metrics_url:
             self.taken[tag + "_metrics"] = scrape_metrics(self.metrics_url, self.model_name)
