@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpt_triton.core.measurements import Interval
-from gpt_triton.measure.machine_load import cores_during
+from gpt_triton.measure.machine_load import cores_during, load_over
 from gpt_triton.measure.paired import log_ratio_interval, round_log_ratios
 from gpt_triton.measure.perf_analyzer import PerfAnalyzer, read_csv_ms
 
@@ -67,13 +67,12 @@ class RoundResult:
     load: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def round_load(self) -> tuple[float, float, float] | None:
-        """The round's two runs together: their cores weighted by their seconds, and those seconds."""
-        if not self.load:
+        """The round's two runs together: their cores weighted by their seconds (:func:`load_over`), and those
+        seconds."""
+        summary = load_over(list(self.load.values()))
+        if summary is None:
             return None
-        seconds = sum(s for _, _, s in self.load.values())
-        weight = max(seconds, 1e-9)
-        return (sum(c * s for c, _, s in self.load.values()) / weight,
-                sum(t * s for _, t, s in self.load.values()) / weight, seconds)
+        return summary.mean_cores, summary.steal_cores, sum(s for _, _, s in self.load.values())
 
     @property
     def complete(self) -> bool:
