@@ -16,8 +16,8 @@ script turns a run's own windows into what that noise costs, before any racing i
   racing's share of the time if every candidate ran until dropped or to the cap (the finalist stage comes on
   top). Racing's futility and stability stops end some ties sooner: on the ResNet CNN's saved windows this
   reads 0.24, where racing measured 0.18-0.20 (docs/measurement.md);
-* the windows each that the regret judge needs to bound a true regret of 0 under 2% at one look's
-  98.75% (four looks at 95% jointly), ``n = 2 (q sigma / ln 1.02)^2``.
+* the windows each that the regret judge needs to bound a true regret of 0 under 2% by the upper end of one
+  look's two-sided 98.75% interval (four looks at 95% jointly), ``n = 2 (q sigma / ln 1.02)^2``, q = 2.50.
 
 The neighbour correlation is left out of the counts (it helps candidates measured side by side and hurts
 the rest), so they are what independent windows would need.
@@ -26,6 +26,8 @@ Inputs: a tune's RUN_DIR (its ``windows.csv``, stage ``search``, the objective i
 window file that ``search_regret.py`` kept (``{"windows": {load: [RaceWindow fields, ...]}}``).
 
     .venv/bin/python benchmarks/regret_power.py RUN_DIR_OR_WINDOWS_JSON [...] [--exhaustive-windows 13]
+
+A path that is neither (missing, not JSON, no windows) is one line on stderr naming it, exit 2.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from scipy import stats
@@ -40,7 +43,7 @@ from scipy import stats
 from gpt_triton.measure.racing import RaceWindow, drift_fit, race_alpha
 from gpt_triton.measure.window_log import read_windows
 
-JUDGE_LOOK_CONFIDENCE = 1.0 - 0.05 / 4  # the judge's four looks at 95% jointly (search_regret.py)
+JUDGE_LOOK_LEVEL = 1.0 - 0.05 / 4  # each of the judge's four looks is a two-sided interval at this level (search_regret.py)
 REGRET_TARGET = 0.02
 
 
@@ -61,6 +64,18 @@ def windows_of_file(path: Path) -> list[RaceWindow]:
     return [RaceWindow(**w) for w in first]
 
 
+def read_source(source: Path) -> tuple[list[RaceWindow], str, int | None, float | None]:
+    """A run directory's or a window file's windows; SystemExit(2) with one line naming what is wrong."""
+    try:
+        if source.is_dir():
+            return windows_of_run(source)
+        return windows_of_file(source), "objective", None, None
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
+        kind = "run directory (windows.csv, report.json)" if source.is_dir() else "window file of search_regret.py --dump"
+        print(f"regret_power: {source} is not a readable {kind}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def drop_windows(ratio: float, sigma: float, z: float) -> float:
     """Windows each before a candidate ``ratio`` times the leader's objective is dropped (inf at a tie)."""
     gap = math.log(ratio)
@@ -68,13 +83,9 @@ def drop_windows(ratio: float, sigma: float, z: float) -> float:
 
 
 def one(source: Path, exhaustive_windows: int, max_windows: int | None, confidence: float) -> None:
-    metric = "objective"
-    if source.is_dir():
-        windows, metric, run_cap, confidence = windows_of_run(source)
-        max_windows = max_windows or run_cap
-    else:
-        windows = windows_of_file(source)
-    cap = max_windows or 10
+    windows, metric, run_cap, run_confidence = read_source(source)
+    confidence = run_confidence or confidence
+    cap = max_windows or run_cap or 10
     fit = drift_fit(windows)
     if fit is None:
         print(f"{source}: too few windows for the drift model")
@@ -89,7 +100,7 @@ def one(source: Path, exhaustive_windows: int, max_windows: int | None, confiden
     ratios = sorted(math.exp(m - best) for m in fit.mu.values())
     needs = [min(float(cap), max(1.0, math.ceil(drop_windows(r, sigma, z)))) for r in ratios[1:]]
     spent = cap + sum(needs)  # the leader runs to the cap with the last of them
-    q = float(stats.norm.ppf(JUDGE_LOOK_CONFIDENCE))
+    q = float(stats.norm.ppf(0.5 + JUDGE_LOOK_LEVEL / 2))  # the upper end of the judge's two-sided interval
     judge = 2.0 * (q * sigma / math.log(1.0 + REGRET_TARGET)) ** 2
     print(f"{source}: {metric}, {len(windows)} windows of {n_cand} candidates ({min(counts.values())}-"
           f"{max(counts.values())} each); window noise {100 * sigma:.1f}% (drift model, df {fit.df}), "
@@ -105,7 +116,7 @@ def one(source: Path, exhaustive_windows: int, max_windows: int | None, confiden
           f"{spent / (n_cand * exhaustive_windows):.2f} of an exhaustive run of {exhaustive_windows} each "
           f"(target 0.25, before the finalist stage)")
     print(f"  the judge needs {judge:.0f} windows each to bound a zero regret under {100 * REGRET_TARGET:.0f}% "
-          f"at {100 * JUDGE_LOOK_CONFIDENCE:.2f}% (search_regret.py's looks stop at 256)")
+          f"by the upper end of a {100 * JUDGE_LOOK_LEVEL:.2f}% interval (search_regret.py's looks stop at 256)")
 
 
 def main() -> None:

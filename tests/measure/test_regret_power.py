@@ -85,3 +85,15 @@ def test_it_reads_a_kept_window_file(power: ModuleType, tmp_path: Path, capsys: 
     assert "12 windows each" not in out and "144 windows of 12 candidates (12-12 each)" in out
     share = float(out.split("racing until dropped or capped: ")[1].split(" of an exhaustive")[0].split(", ")[-1])
     assert 0.3 < share <= 1.0  # candidates 10-110% slower at 20% noise: most need several windows
+
+
+def test_a_path_that_is_no_run_or_window_file_is_one_line_exit_2(
+        power: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in (tmp_path / "missing.json", tmp_path / "empty.json", tmp_path):
+        if bad.name == "empty.json":
+            bad.write_text("{}")
+        with pytest.raises(SystemExit) as exit_info:
+            power.one(bad, exhaustive_windows=13, max_windows=None, confidence=0.95)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and str(bad) in err and "regret_power:" in err
