@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 import pytest
 from delay_model import write_delay_model
@@ -26,3 +32,18 @@ def delay_models(triton_server: EmbeddedTriton) -> EmbeddedTriton:
 def requests_x() -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
     return [{"x": rng.random((batch, 16), dtype=np.float32)} for batch in (1, 2, 1, 4)]
+
+
+@pytest.fixture(scope="session")
+def import_benchmark() -> Callable[[str], ModuleType]:
+    """Imports ``benchmarks/<name>.py`` as a module (the repository root on sys.path only while importing)."""
+    root = str(Path(__file__).resolve().parents[2])
+
+    def load(name: str) -> ModuleType:
+        sys.path.insert(0, root)
+        try:
+            return importlib.import_module(f"benchmarks.{name}")
+        finally:
+            sys.path.remove(root)
+
+    return load

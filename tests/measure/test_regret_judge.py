@@ -4,9 +4,7 @@ often than the 5% it promises (simulated drift-model windows, no server)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
 
 import numpy as np
@@ -14,16 +12,10 @@ import pytest
 
 from gpt_triton.measure.racing import RaceWindow
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def regret() -> ModuleType:
-    sys.path.insert(0, str(ROOT))
-    try:
-        return importlib.import_module("benchmarks.search_regret")
-    finally:
-        sys.path.remove(str(ROOT))
+def regret(import_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return import_benchmark("search_regret")
 
 
 class FakeCompareMeasurer:

@@ -4,10 +4,9 @@ always, at a third of it hardly ever (simulated drift-model windows, no server).
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -16,18 +15,13 @@ import pytest
 
 from gpt_triton.measure.racing import RaceWindow, race_alpha, race_round
 
-ROOT = Path(__file__).resolve().parents[2]
 SIGMA = 0.2
 CANDIDATES, CAP = 24, 10
 
 
 @pytest.fixture(scope="module")
-def power() -> ModuleType:
-    sys.path.insert(0, str(ROOT))
-    try:
-        return importlib.import_module("benchmarks.regret_power")
-    finally:
-        sys.path.remove(str(ROOT))
+def power(import_benchmark: Callable[[str], ModuleType]) -> ModuleType:
+    return import_benchmark("regret_power")
 
 
 def simulated(effects: dict[str, float], rounds: int, rng: np.random.Generator) -> list[RaceWindow]:
