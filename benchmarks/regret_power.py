@@ -40,8 +40,10 @@ from pathlib import Path
 
 from scipy import stats
 
+from gpt_triton.core.errors import GptTritonError
 from gpt_triton.measure.racing import RaceWindow, drift_fit, race_alpha
 from gpt_triton.measure.window_log import read_windows
+from gpt_triton.report import load_report
 
 JUDGE_LOOK_LEVEL = 1.0 - 0.05 / 4  # each of the judge's four looks is a two-sided interval at this level (search_regret.py)
 REGRET_TARGET = 0.02
@@ -49,13 +51,12 @@ REGRET_TARGET = 0.02
 
 def windows_of_run(run_dir: Path) -> tuple[list[RaceWindow], str, int, float]:
     """The search stage's windows in the order they ran, the objective, max_windows and confidence."""
-    report = json.loads((run_dir / "report.json").read_text())
-    metric = report["spec"]["objective"]["metric"]
-    measure = report["spec"]["measure"]
+    spec = load_report(run_dir).spec
+    metric = spec.objective.metric
     rows = [r for r in read_windows(run_dir / "windows.csv") if r["stage"] == "search"]
     windows = [RaceWindow(candidate=r["candidate"], round=int(r["round"]), value=math.log(float(r[f"{metric}_ms"])))
                for r in rows if float(r[f"{metric}_ms"]) > 0]
-    return windows, metric, int(measure["max_windows"]), float(measure["confidence"])
+    return windows, metric, spec.measure.max_windows, spec.measure.confidence
 
 
 def windows_of_file(path: Path) -> list[RaceWindow]:
@@ -70,7 +71,7 @@ def read_source(source: Path) -> tuple[list[RaceWindow], str, int | None, float 
         if source.is_dir():
             return windows_of_run(source)
         return windows_of_file(source), "objective", None, None
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
+    except (GptTritonError, OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         kind = "run directory (windows.csv, report.json)" if source.is_dir() else "window file of search_regret.py --dump"
         print(f"regret_power: {source} is not a readable {kind}: {type(exc).__name__}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
