@@ -72,6 +72,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy gpt_triton
 
+# An exhaustive run's windows kept in the repository (search_regret.py --dump): what the offline scripts read.
+KEPT_WINDOWS := benchmarks/results/search_regret_conv_attention_p50_2026-12-08_windows/exhaustive.json
 benchmarks: setup $(DEMO_MODEL)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/loadgen.py
@@ -79,6 +81,8 @@ benchmarks: setup $(DEMO_MODEL)
 	$(BIN)/python benchmarks/perf_analyzer_agreement.py
 	$(BIN)/python benchmarks/p99_spread.py
 	$(BIN)/python benchmarks/deploy_loads.py
+	$(BIN)/python benchmarks/regret_power.py $(KEPT_WINDOWS)
+	$(BIN)/python benchmarks/racing_simulation.py $(KEPT_WINDOWS)
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache examples/models
