@@ -1,14 +1,17 @@
 """What would racing and the finalist stage cost, and choose, on a model's own noise? (exploratory; no server)
 
-The tuner's own :class:`gpt_triton.measure.harness.Measurer` (racing, stability, futility, resting) and
+The tuner's own :class:`gpt_triton.measure.harness.Measurer` (racing's drops, stability, futility) and
 finalist stage (:func:`gpt_triton.steps.contenders`, :func:`gpt_triton.select.select_finalists`), run as
 ``benchmarks/search_regret.py`` runs them, against a simulated load client: each window's latencies are
 the candidate's effect from the drift model fitted to a kept exhaustive run (``search_regret.py --dump``),
 times a window error with that fit's noise and neighbour correlation, times each request's own spread
 (``--request-sd``, log scale: it sets the within-window variance racing's first round drops on; match it
-to the kept run's, which this prints). A warm-up costs 0.4 s and a window 0.6 s (the conv_attention
-exhaustive run's 186 s over 312 windows), so the fraction is of a simulated exhaustive run of the same
-windows. "Regret" is against the fitted effects, which carry the exhaustive run's own error.
+to the kept run's, which this prints). A warm-up costs 0.4 s, a window 0.6 s and holds 200 requests by
+default (conv_attention's exhaustive run at 0.5 s windows: 186 s over 312 windows; ``--warm-up-cost``,
+``--window-cost``, ``--requests`` for another), and the fraction is of a simulated exhaustive run of the kept
+run's windows. "Regret" is against the fitted effects, which carry the exhaustive run's own error.
+``--noise-scale`` asks what a quieter or busier machine would give; ``--set FIELD=VALUE`` changes a measure
+spec field, ``--rest`` adds a rule that was tried and not shipped (:func:`resting`).
 
 A design tool, not a measurement: it runs the same rules on stationary noise, many times, so two rules
 can be compared on the same draws; the real machine's figures are search_regret.py's.
