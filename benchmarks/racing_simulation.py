@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,10 +41,12 @@ from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.measure.clients import LoadClient
 from gpt_triton.measure.driver import WindowSample
 from gpt_triton.measure.race_step import race_step
-from gpt_triton.measure.racing import DriftFit, RaceWindow, drift_fit, race_alpha, race_round, window_log_stat
+from gpt_triton.measure.racing import DriftFit, drift_fit, race_alpha, race_round, window_log_stat
 from gpt_triton.measure.runs import LoadRun
-from gpt_triton.select import select, select_finalists
-from gpt_triton.steps import contenders
+from gpt_triton.select import select
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, when run as a script
+from benchmarks.search_regret import everyone, finalist_stage, read_dump  # noqa: E402
 
 PREFIX = "m_"
 
@@ -103,22 +104,11 @@ def race_once(fit: DriftFit, spec: MeasureSpec, objective: ObjectiveSpec, reques
     """One racing run and its finalist stage: (seconds of racing, seconds in all, the chosen candidate)."""
     client = SimulatedClient(fit, request_sd, np.random.default_rng(seed), noise_scale, costs)
     cands = [candidate(cid, index == 0) for index, cid in enumerate(sorted(fit.mu))]
-
-    def everyone(_c: Candidate) -> tuple[bool, str]:
-        return True, ""
-
     raced = harness.Measurer("simulated:0", [{}], spec, objective, seed=seed, client=client).measure(cands)
     apply_outcomes(cands, raced.outcomes)
     found = select(cands, objective, everyone, [raced.contrasts] if raced.contrasts else [])
     racing_s = client.seconds
-    group = contenders(cands, found, spec.finalists, spec.max_finalists)
-    copies = [c.model_copy(deep=True, update={"status": "deployed", "latency": [], "reason": None}) for c in group]
-    stage = spec.model_copy(update={"max_windows": spec.finalist_windows or spec.max_windows})
-    final = harness.Measurer("simulated:0", [{}], stage, objective, seed=seed + 50, client=client).measure(
-        copies, until_separated=True)
-    apply_outcomes(copies, final.outcomes)
-    chosen = select_finalists(copies, objective, everyone, [raced.contrasts] if raced.contrasts else [],
-                              final.contrasts)
+    _, _, chosen, _ = finalist_stage("simulated:0", [{}], spec, objective, cands, found, raced, seed + 50, client)
     assert chosen.winner_id is not None
     return racing_s, client.seconds, chosen.winner_id
 
@@ -169,9 +159,8 @@ def main() -> None:
                         help="a MeasureSpec field for both stages, e.g. max_windows=6 (repeatable)")
     args = parser.parse_args()
     try:
-        kept = json.loads(args.windows.read_text())
-        windows = [RaceWindow(**w) for ws in kept["windows"].values() for w in ws]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        windows = read_dump(args.windows)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
         print(f"racing_simulation: {args.windows}: not a window file of search_regret.py --dump ({exc})",
               file=sys.stderr)
         raise SystemExit(2) from None

@@ -33,7 +33,6 @@ A path that is neither (missing, not JSON, no windows) is one line on stderr nam
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -44,6 +43,9 @@ from gpt_triton.core.errors import GptTritonError
 from gpt_triton.measure.racing import RaceWindow, drift_fit, race_alpha
 from gpt_triton.measure.window_log import read_windows
 from gpt_triton.report import load_report
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, when run as a script
+from benchmarks.search_regret import read_dump  # noqa: E402
 
 JUDGE_LOOK_LEVEL = 1.0 - 0.05 / 4  # each of the judge's four looks is a two-sided interval at this level (search_regret.py)
 REGRET_TARGET = 0.02
@@ -59,18 +61,12 @@ def windows_of_run(run_dir: Path) -> tuple[list[RaceWindow], str, int, float]:
     return windows, metric, spec.measure.max_windows, spec.measure.confidence
 
 
-def windows_of_file(path: Path) -> list[RaceWindow]:
-    loads = json.loads(path.read_text())["windows"]
-    first = next(iter(loads.values()))
-    return [RaceWindow(**w) for w in first]
-
-
 def read_source(source: Path) -> tuple[list[RaceWindow], str, int | None, float | None]:
     """A run directory's or a window file's windows; SystemExit(2) with one line naming what is wrong."""
     try:
         if source.is_dir():
             return windows_of_run(source)
-        return windows_of_file(source), "objective", None, None
+        return read_dump(source), "objective", None, None
     except (GptTritonError, OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
         kind = "run directory (windows.csv, report.json)" if source.is_dir() else "window file of search_regret.py --dump"
         print(f"regret_power: {source} is not a readable {kind}: {type(exc).__name__}: {exc}", file=sys.stderr)

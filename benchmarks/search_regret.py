@@ -41,6 +41,7 @@ import itertools
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +53,11 @@ from gpt_triton.core.records import Candidate
 from gpt_triton.core.routes import Artifact, Route
 from gpt_triton.core.spec import MeasureSpec, ObjectiveSpec
 from gpt_triton.deploy import write_model
+from gpt_triton.measure.clients import LoadClient
 from gpt_triton.measure.harness import Measurer
 from gpt_triton.measure.racing import DriftFit, RaceWindow, drift_fit
 from gpt_triton.measure.runs import MeasureRun
-from gpt_triton.select import select, select_finalists
+from gpt_triton.select import Selection, select, select_finalists
 from gpt_triton.server import EmbeddedTriton
 from gpt_triton.steps import contenders
 from gpt_triton.testing.models import build_conv_attention, build_resnet_cnn
@@ -93,6 +95,35 @@ def dump(path: Path, measured: MeasureRun) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     windows = {label: [dataclasses.asdict(w) for w in ws] for label, ws in measured.race_windows.items()}
     path.write_text(json.dumps({"windows": windows, "log": measured.log}, indent=1))
+
+
+def read_dump(path: Path) -> list[RaceWindow]:
+    """The windows :func:`dump` kept, of its first load (the benchmark measures one). Raises OSError, ValueError
+    (not JSON), KeyError, TypeError or StopIteration for a file that is not such a dump."""
+    loads = json.loads(path.read_text())["windows"]
+    return [RaceWindow(**w) for w in next(iter(loads.values()))]
+
+
+def everyone(_c: Candidate) -> tuple[bool, str]:
+    """The benchmark's accuracy gate: every candidate passes (its variants are one model's sessions)."""
+    return True, ""
+
+
+def finalist_stage(url: str, requests: Sequence[dict[str, np.ndarray]], spec: MeasureSpec, objective: ObjectiveSpec,
+                   racing: Sequence[Candidate], won: Selection, race_run: MeasureRun, seed: int,
+                   client: LoadClient | None = None) -> tuple[list[Candidate], MeasureRun, Selection, Selection]:
+    """As the tuner does (gpt_triton.steps.finalists): racing's contenders judged again together, on the server
+    at ``url`` (through ``client``, default the spec's). Returns the group, the finalist run, the choice on it
+    and racing's windows pooled (the tuner's), and the choice on the finalist run alone (before)."""
+    group = contenders(racing, won, spec.finalists, spec.max_finalists)
+    copies = [c.model_copy(deep=True, update={"status": "deployed", "latency": [], "reason": None}) for c in group]
+    stage = spec.model_copy(update={"max_windows": spec.finalist_windows or spec.max_windows})
+    final_run = Measurer(url, requests, stage, objective, seed=seed, client=client).measure(copies, until_separated=True)
+    apply_outcomes(copies, final_run.outcomes)
+    alone = select(copies, objective, everyone, [final_run.contrasts] if final_run.contrasts else [])
+    pooled = select_finalists(copies, objective, everyone, [race_run.contrasts] if race_run.contrasts else [],
+                              final_run.contrasts)
+    return group, final_run, pooled, alone
 
 
 JUDGE_LOOKS = 4  # looks of the sequential judge at n, 2n, 4n, 8n windows each; Bonferroni over them
@@ -156,10 +187,6 @@ def main() -> None:
                         help="write each run's windows (drift-model view) and decision log as JSON here")
     args = parser.parse_args()
     objective = ObjectiveSpec(metric=args.metric)
-
-    def everyone(_c: Candidate) -> tuple[bool, str]:
-        return True, ""
-
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         build = build_resnet_cnn if args.model == "resnet" else build_conv_attention
@@ -214,20 +241,11 @@ def main() -> None:
                     # As the tuner does (gpt_triton.steps.finalists): the contenders judged again together,
                     # and its cost counted in racing's time.
                     start = time.monotonic()
-                    group = contenders(racing, won, race_spec.finalists, race_spec.max_finalists)
-                    copies = [c.model_copy(deep=True, update={"status": "deployed", "latency": [], "reason": None})
-                              for c in group]
-                    stage = race_spec.model_copy(update={"max_windows": race_spec.finalist_windows
-                                                         or race_spec.max_windows})
-                    final_run = Measurer(server.grpc_url, requests, stage, objective, seed=50 + k).measure(
-                        copies, until_separated=True)
-                    apply_outcomes(copies, final_run.outcomes)
                     first_id = won.winner_id
                     # The tuner chooses on the finalist run and racing's windows pooled; the choice on the
                     # finalist run alone (before) is judged too, on the same windows.
-                    alone = select(copies, objective, everyone, [final_run.contrasts] if final_run.contrasts else [])
-                    won = select_finalists(copies, objective, everyone,
-                                           [race_run.contrasts] if race_run.contrasts else [], final_run.contrasts)
+                    group, final_run, won, alone = finalist_stage(server.grpc_url, requests, race_spec, objective,
+                                                                  racing, won, race_run, seed=50 + k)
                     assert won.winner_id and alone.winner_id
                     alone_id = alone.winner_id
                     race_s += time.monotonic() - start
